@@ -1,0 +1,3 @@
+//! relattn-kernels: routing (pure, no GPU needed) and the GPU paths (CUDA C through NVRTC).
+
+pub mod routing;

@@ -1,0 +1,22 @@
+//! relattn-reference: the CPU oracle of Inkling's relative-bias attention (SPEC.md).
+//!
+//! `Problem` holds validated inputs; `gen` makes seeded realistic ones; `oracle` is the naive
+//! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
+//! `sample` the sampled-row mode and `casefile` the safetensors case and output files.
+#![forbid(unsafe_code)]
+
+pub mod dtype;
+pub mod problem;
+pub mod gen;
+pub mod output;
+pub mod oracle;
+pub mod fast;
+pub mod emulate;
+pub mod sample;
+pub mod casefile;
+pub mod bench;
+
+pub use dtype::DType;
+pub use gen::{BiasMode, GenSpec, PageMode};
+pub use output::RefOutput;
+pub use problem::{CacheLayout, KvView, Problem, ProblemData, ProblemError, Request};

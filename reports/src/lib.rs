@@ -1,0 +1,2 @@
+//! relattn-reports: report rows, writers, merge and diff.
+#![forbid(unsafe_code)]
