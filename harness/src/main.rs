@@ -1,1 +1,70 @@
-fn main() {}
+//! `relattn`: validation harness for Inkling's relative-bias attention.
+
+use clap::{Parser, Subcommand};
+use relattn_harness::cmd;
+use relattn_harness::exit;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "relattn", version, about = "Validate Inkling's relative-bias attention on every GPU generation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a matrix: routing checks, reference self-checks and (with a GPU) GPU trials; write reports.
+    Run(cmd::run::Args),
+    /// Write a case file from explicit parameters or a named preset.
+    Gen(cmd::gen::Args),
+    /// Compute the CPU reference of a case file.
+    Reference(cmd::reference::Args),
+    /// Throughput of the fast f64 reference next to the machine's f64 GEMM.
+    BenchReference(cmd::bench_reference::Args),
+    /// Route a shape on a compute capability (works without a GPU).
+    Route(cmd::route::Args),
+    /// List visible GPUs with their capability and route.
+    Devices(cmd::devices::Args),
+    /// Show the matrix tiers and their case counts.
+    Matrix(cmd::matrix::Args),
+    /// Merge, diff and show reports.
+    Report(cmd::report::Args),
+    /// Run one GPU path on one case file.
+    Exec(cmd::exec::Args),
+    /// Check that planted kernel defects are caught.
+    Mutants(cmd::mutants::Args),
+    /// Time every GPU path on the benchmark shapes.
+    Bench(cmd::bench::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::Code::Usage as u8 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Gen(a) => cmd::gen::run(a),
+        Command::Reference(a) => cmd::reference::run(a),
+        Command::BenchReference(a) => cmd::bench_reference::run(a),
+        Command::Route(a) => cmd::route::run(a),
+        Command::Devices(a) => cmd::devices::run(a),
+        Command::Matrix(a) => cmd::matrix::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Exec(a) => cmd::exec::run(a),
+        Command::Mutants(a) => cmd::mutants::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit::code_of(&err) as u8)
+        }
+    }
+}

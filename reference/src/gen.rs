@@ -1,7 +1,13 @@
 //! Seeded realistic inputs (SPEC section 1 "producer facts").
 
 use crate::dtype::DType;
-use crate::problem::{CacheLayout, Problem};
+use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError};
+use ndarray::{Array2, Array3};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// How `rel_logits` is filled.
@@ -83,8 +89,199 @@ impl GenSpec {
     }
 }
 
-/// Build the problem a spec describes.
-pub fn generate(spec: &GenSpec) -> Result<Problem, crate::problem::ProblemError> {
-    let _ = spec;
-    unimplemented!("generate")
+/// Build the problem a spec describes. Equal specs give bit-identical problems.
+///
+/// Draws come from ChaCha8 seeded with `spec.seed`: stream 0 for q, rel_logits and the page
+/// permutation, stream `1 + block` for the cache contents of each physical block (so large
+/// caches are generated in parallel and stay reproducible).
+pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
+    let (h, hkv, d, e) = (spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.rel_extent);
+    let page = spec.page_size.max(1);
+    let real_rows: usize = spec.requests.iter().map(|r| r.0).sum();
+    let t = real_rows + spec.padding_rows;
+    let dtype = spec.dtype;
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+
+    // q: RMS 1 per (row, head); padding rows NaN.
+    let mut q = Array3::<f32>::from_elem((t, h, d), f32::NAN);
+    for row in 0..real_rows {
+        for head in 0..h {
+            let v = rms_one(&mut rng, d);
+            for c in 0..d {
+                q[[row, head, c]] = dtype.round(v[c]);
+            }
+        }
+    }
+
+    let rel_logits = rel_logits(spec, &mut rng, real_rows, t);
+
+    // Page assignment.
+    let needed: Vec<usize> = spec.requests.iter().map(|r| r.1.div_ceil(page)).collect();
+    let total_pages: usize = needed.iter().sum();
+    let max_pages = needed.iter().copied().max().unwrap_or(0) + spec.spare_pages;
+    let batch = spec.requests.len();
+    let (num_blocks, block_table) = match spec.pages {
+        PageMode::Shuffled => {
+            let num_blocks = 1 + total_pages + spec.spare_pages;
+            let mut ids: Vec<i32> = (1..num_blocks as i32).collect();
+            ids.shuffle(&mut rng);
+            // Slack entries point at block 0, which no request uses (poisoned when poison is on).
+            let mut table = Array2::<i32>::zeros((batch, max_pages));
+            let mut next = 0;
+            for (b, &n) in needed.iter().enumerate() {
+                for p in 0..n {
+                    table[[b, p]] = ids[next];
+                    next += 1;
+                }
+            }
+            (num_blocks, table)
+        }
+        PageMode::AllZero => (1 + spec.spare_pages, Array2::<i32>::zeros((batch, max_pages))),
+    };
+
+    // Which (block, slot) some request may read: keys of its visible union.
+    let mut readable = vec![false; num_blocks * page];
+    let mut row_start = 0usize;
+    for (b, &(lq, lk)) in spec.requests.iter().enumerate() {
+        if lq > 0 {
+            let first = if spec.window_left >= 0 {
+                (lk - lq).saturating_sub(spec.window_left as usize)
+            } else {
+                0
+            };
+            for j in first..lk {
+                let block = block_table[[b, j / page]] as usize;
+                readable[block * page + j % page] = true;
+            }
+        }
+        row_start += lq;
+    }
+    debug_assert_eq!(row_start, real_rows);
+
+    // Cache contents, per physical block from its own stream.
+    let (kview, vview, len) = spec.layout.views(num_blocks, page, hkv, d);
+    let seed = spec.seed;
+    let blocks: Vec<(Vec<f32>, Vec<f32>)> = (0..num_blocks)
+        .into_par_iter()
+        .map(|block| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(1 + block as u64);
+            let mut kb = Vec::with_capacity(page * hkv * d);
+            let mut vb = Vec::with_capacity(page * hkv * d);
+            for _slot in 0..page {
+                for _head in 0..hkv {
+                    kb.extend(rms_one(&mut rng, d).into_iter().map(|x| dtype.round(x)));
+                    vb.extend((0..d).map(|_| dtype.round(rng.sample::<f32, _>(StandardNormal))));
+                }
+            }
+            (kb, vb)
+        })
+        .collect();
+    let mut kv = vec![0f32; len];
+    for (block, (kb, vb)) in blocks.into_iter().enumerate() {
+        for slot in 0..page {
+            let poisoned = spec.poison && !readable[block * page + slot];
+            for head in 0..hkv {
+                let src = (slot * hkv + head) * d;
+                let (ka, va) = (kview.at(block, slot, head), vview.at(block, slot, head));
+                for c in 0..d {
+                    kv[ka + c] = if poisoned { f32::NAN } else { kb[src + c] };
+                    kv[va + c] = if poisoned { f32::NAN } else { vb[src + c] };
+                }
+            }
+        }
+    }
+
+    let mut cu_seqlens_q = Vec::with_capacity(batch + 1);
+    cu_seqlens_q.push(0i32);
+    for &(lq, _) in &spec.requests {
+        cu_seqlens_q.push(cu_seqlens_q.last().unwrap() + lq as i32);
+    }
+    Problem::new(ProblemData {
+        dtype,
+        num_heads: h,
+        num_kv_heads: hkv,
+        head_dim: d,
+        rel_extent: e,
+        page_size: spec.page_size,
+        num_blocks,
+        softmax_scale: spec.softmax_scale,
+        window_left: spec.window_left,
+        q,
+        rel_logits,
+        kv,
+        layout: spec.layout,
+        k: kview,
+        v: vview,
+        block_table,
+        seqused_k: spec.requests.iter().map(|r| r.1 as i32).collect(),
+        cu_seqlens_q,
+    })
+}
+
+/// A standard-normal vector rescaled to RMS 1 (L2 norm sqrt(n)), as the model's RMS norm makes q and k.
+fn rms_one(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    let v: Vec<f64> = (0..n).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+    let k = (n as f64).sqrt() / norm;
+    v.into_iter().map(|x| (x * k) as f32).collect()
+}
+
+fn rel_logits(spec: &GenSpec, rng: &mut ChaCha8Rng, real_rows: usize, t: usize) -> Array3<f32> {
+    let (h, e, dtype) = (spec.num_heads, spec.rel_extent, spec.dtype);
+    let mut rel = Array3::<f32>::from_elem((t, h, e), f32::NAN);
+    match spec.bias {
+        BiasMode::Zero => {
+            for row in 0..real_rows {
+                rel.index_axis_mut(ndarray::Axis(0), row).fill(0.0);
+            }
+        }
+        BiasMode::Normal => {
+            // rel = r[.,16] @ proj[16,E] / 4: unit variance, rank 16 like the model's producer.
+            let proj: Vec<f64> = (0..16 * e).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+            for row in 0..real_rows {
+                for head in 0..h {
+                    let r: Vec<f64> = (0..16).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+                    for x in 0..e {
+                        let s: f64 = (0..16).map(|k| r[k] * proj[k * e + x]).sum();
+                        rel[[row, head, x]] = dtype.round((s / 4.0) as f32);
+                    }
+                }
+            }
+        }
+        BiasMode::Distinct => {
+            // All values of the dtype with magnitude in [1/64, 4): distinct within every row
+            // (E <= the count), rows rotated against each other by a random offset.
+            let values = distinct_values(dtype);
+            let n = values.len();
+            for row in 0..real_rows {
+                for head in 0..h {
+                    let offset = rng.random_range(0..n);
+                    for x in 0..e {
+                        rel[[row, head, x]] = values[(offset + x * 7919) % n];
+                    }
+                }
+            }
+        }
+    }
+    rel
+}
+
+/// Representable values with magnitude in [2^-6, 4), in a fixed scrambled order.
+fn distinct_values(dtype: DType) -> Vec<f32> {
+    let mantissa_bits = match dtype {
+        DType::Bf16 => 7,
+        DType::F16 => 10,
+        DType::F32 => 12, // enough distinct values; more would only cost memory
+    };
+    let mut out = Vec::new();
+    for exp in -6..2 {
+        for m in 0..(1 << mantissa_bits) {
+            let x = 2f32.powi(exp) * (1.0 + m as f32 / (1 << mantissa_bits) as f32);
+            out.push(x);
+            out.push(-x);
+        }
+    }
+    debug_assert!(out.iter().all(|&x| dtype.round(x) == x));
+    out
 }

@@ -1,0 +1,102 @@
+//! Transformations that must not change the operator's output (the invariances the reference
+//! and the GPU paths are checked against): another cache layout, another placement of the
+//! physical pages, a prefill split into chunks.
+
+use crate::problem::{CacheLayout, Problem, ProblemData};
+use ndarray::Array2;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// The same problem with its caches in `layout` (every slot copied, poisoned ones included).
+pub fn with_layout(p: &Problem, layout: CacheLayout) -> Problem {
+    relayout(p, layout, |block| block)
+}
+
+/// The same problem with its physical blocks permuted (seeded); the block table follows.
+pub fn permute_pages(p: &Problem, seed: u64) -> Problem {
+    let mut perm: Vec<usize> = (0..p.num_blocks).collect();
+    perm.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let moved = relayout(p, p.layout, |block| perm[block]);
+    let mut data = moved.into_data();
+    data.block_table.mapv_inplace(|b| {
+        if b >= 0 && (b as usize) < perm.len() {
+            perm[b as usize] as i32
+        } else {
+            b
+        }
+    });
+    Problem::new(data).expect("a page permutation keeps a valid problem valid")
+}
+
+/// Copy the caches into `layout`, moving old block `b` to new block `to(b)`.
+fn relayout(p: &Problem, layout: CacheLayout, to: impl Fn(usize) -> usize) -> Problem {
+    let (k, v, len) = layout.views(p.num_blocks, p.page_size, p.num_kv_heads, p.head_dim);
+    let mut kv = vec![0f32; len];
+    let d = p.head_dim;
+    for block in 0..p.num_blocks {
+        for slot in 0..p.page_size {
+            for head in 0..p.num_kv_heads {
+                for (src, dst) in [(p.k, k), (p.v, v)] {
+                    let s = src.at(block, slot, head);
+                    let t = dst.at(to(block), slot, head);
+                    kv[t..t + d].copy_from_slice(&p.kv[s..s + d]);
+                }
+            }
+        }
+    }
+    let data = ProblemData { kv, layout, k, v, ..p.data().clone() };
+    Problem::new(data).expect("a relayout keeps a valid problem valid")
+}
+
+/// Split request `b` after its first `first_len` query rows into two requests (a chunked
+/// prefill): packed rows keep their positions, so every row's output must stay the same.
+/// Returns None when `first_len` is not strictly inside the request.
+pub fn split_request(p: &Problem, b: usize, first_len: usize) -> Option<Problem> {
+    let r = p.request(b);
+    if first_len == 0 || first_len >= r.q_len {
+        return None;
+    }
+    let mut data = p.data().clone();
+    let first_kv = (r.kv_len - r.q_len + first_len) as i32;
+    data.cu_seqlens_q.insert(b + 1, (r.q_start + first_len) as i32);
+    data.seqused_k.insert(b, first_kv);
+    let (rows, cols) = (p.block_table.shape()[0], p.block_table.shape()[1]);
+    let mut table = Array2::<i32>::zeros((rows + 1, cols));
+    for new_b in 0..=rows {
+        let old_b = if new_b <= b { new_b } else { new_b - 1 };
+        table.row_mut(new_b).assign(&p.block_table.row(old_b));
+    }
+    data.block_table = table;
+    Problem::new(data).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{generate, GenSpec};
+
+    #[test]
+    fn transforms_keep_keys_and_values() {
+        let mut spec = GenSpec::global(4, 2, vec![(3, 40), (0, 5), (2, 2)], 11);
+        spec.head_dim = 8;
+        spec.poison = false;
+        let p = generate(&spec).unwrap();
+        let q = with_layout(&p, CacheLayout::HndPacked);
+        let r = permute_pages(&q, 5);
+        for b in 0..p.batch() {
+            for j in 0..p.seqused_k[b] as usize {
+                for h in 0..2 {
+                    assert_eq!(p.key(b, j, h), r.key(b, j, h));
+                    assert_eq!(p.value(b, j, h), r.value(b, j, h));
+                }
+            }
+        }
+        let s = split_request(&p, 0, 1).unwrap();
+        assert_eq!(s.batch(), 4);
+        assert_eq!(s.request(0).kv_len, 38);
+        assert_eq!(s.request(1).q_start, 1);
+        assert_eq!(s.request(1).kv_len, 40);
+        assert!(split_request(&p, 1, 1).is_none());
+    }
+}
