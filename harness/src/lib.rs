@@ -1,6 +1,11 @@
 //! relattn-harness: the `relattn` command's library part, shared with the `trials` test target.
 
 pub mod cmd;
+pub mod execute;
 pub mod exit;
+pub mod gpu_exec;
+pub mod gpu_status;
 pub mod judge;
+pub mod plan;
 pub mod selfcheck;
+pub mod session;

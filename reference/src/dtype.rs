@@ -69,7 +69,9 @@ impl FromStr for DType {
             "bf16" | "bfloat16" => Ok(DType::Bf16),
             "fp16" | "f16" | "float16" | "half" => Ok(DType::F16),
             "fp32" | "f32" | "float32" => Ok(DType::F32),
-            other => Err(format!("unknown dtype `{other}` (expected bf16, fp16 or fp32)")),
+            other => Err(format!(
+                "unknown dtype `{other}` (expected bf16, fp16 or fp32)"
+            )),
         }
     }
 }

@@ -62,7 +62,12 @@ pub struct GenSpec {
 impl GenSpec {
     /// A small global-layer spec with the model's defaults (bf16, D = 128, scale 1/D,
     /// page 16, NHD packed, normal bias, shuffled pages, poison on).
-    pub fn global(num_heads: usize, num_kv_heads: usize, requests: Vec<(usize, usize)>, seed: u64) -> GenSpec {
+    pub fn global(
+        num_heads: usize,
+        num_kv_heads: usize,
+        requests: Vec<(usize, usize)>,
+        seed: u64,
+    ) -> GenSpec {
         GenSpec {
             dtype: DType::Bf16,
             num_heads,
@@ -84,8 +89,18 @@ impl GenSpec {
     }
 
     /// Same as `global` with a local layer: window `extent - 1`, `E = extent`.
-    pub fn local(num_heads: usize, num_kv_heads: usize, extent: usize, requests: Vec<(usize, usize)>, seed: u64) -> GenSpec {
-        GenSpec { rel_extent: extent, window_left: extent as i64 - 1, ..GenSpec::global(num_heads, num_kv_heads, requests, seed) }
+    pub fn local(
+        num_heads: usize,
+        num_kv_heads: usize,
+        extent: usize,
+        requests: Vec<(usize, usize)>,
+        seed: u64,
+    ) -> GenSpec {
+        GenSpec {
+            rel_extent: extent,
+            window_left: extent as i64 - 1,
+            ..GenSpec::global(num_heads, num_kv_heads, requests, seed)
+        }
     }
 }
 
@@ -95,7 +110,12 @@ impl GenSpec {
 /// permutation, stream `1 + block` for the cache contents of each physical block (so large
 /// caches are generated in parallel and stay reproducible).
 pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
-    let (h, hkv, d, e) = (spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.rel_extent);
+    let (h, hkv, d, e) = (
+        spec.num_heads,
+        spec.num_kv_heads,
+        spec.head_dim,
+        spec.rel_extent,
+    );
     let page = spec.page_size.max(1);
     let real_rows: usize = spec.requests.iter().map(|r| r.0).sum();
     let t = real_rows + spec.padding_rows;
@@ -136,7 +156,10 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
             }
             (num_blocks, table)
         }
-        PageMode::AllZero => (1 + spec.spare_pages, Array2::<i32>::zeros((batch, max_pages))),
+        PageMode::AllZero => (
+            1 + spec.spare_pages,
+            Array2::<i32>::zeros((batch, max_pages)),
+        ),
     };
 
     // Which (block, slot) some request may read: keys of its visible union.
@@ -221,8 +244,15 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
 
 /// A standard-normal vector rescaled to RMS 1 (L2 norm sqrt(n)), as the model's RMS norm makes q and k.
 fn rms_one(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
-    let v: Vec<f64> = (0..n).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
-    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+    let v: Vec<f64> = (0..n)
+        .map(|_| rng.sample::<f64, _>(StandardNormal))
+        .collect();
+    let norm = v
+        .iter()
+        .map(|x| x * x)
+        .sum::<f64>()
+        .sqrt()
+        .max(f64::MIN_POSITIVE);
     let k = (n as f64).sqrt() / norm;
     v.into_iter().map(|x| (x * k) as f32).collect()
 }
@@ -238,10 +268,14 @@ fn rel_logits(spec: &GenSpec, rng: &mut ChaCha8Rng, real_rows: usize, t: usize) 
         }
         BiasMode::Normal => {
             // rel = r[.,16] @ proj[16,E] / 4: unit variance, rank 16 like the model's producer.
-            let proj: Vec<f64> = (0..16 * e).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+            let proj: Vec<f64> = (0..16 * e)
+                .map(|_| rng.sample::<f64, _>(StandardNormal))
+                .collect();
             for row in 0..real_rows {
                 for head in 0..h {
-                    let r: Vec<f64> = (0..16).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+                    let r: Vec<f64> = (0..16)
+                        .map(|_| rng.sample::<f64, _>(StandardNormal))
+                        .collect();
                     for x in 0..e {
                         let s: f64 = (0..16).map(|k| r[k] * proj[k * e + x]).sum();
                         rel[[row, head, x]] = dtype.round((s / 4.0) as f32);

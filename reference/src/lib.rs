@@ -3,18 +3,19 @@
 //! `Problem` holds validated inputs; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
 //! `sample` the sampled-row mode and `casefile` the safetensors case and output files.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
-pub mod dtype;
-pub mod problem;
-pub mod gen;
-pub mod output;
-pub mod oracle;
-pub mod fast;
-pub mod emulate;
-pub mod sample;
-pub mod casefile;
 pub mod bench;
+pub mod casefile;
+pub mod dtype;
+pub mod emulate;
+pub mod fast;
+pub mod gen;
+pub mod oracle;
+pub mod output;
+pub mod problem;
+pub mod sample;
+pub mod transform;
 
 pub use dtype::DType;
 pub use gen::{BiasMode, GenSpec, PageMode};

@@ -21,8 +21,11 @@ pub enum CacheLayout {
 }
 
 impl CacheLayout {
-    pub const ALL: [CacheLayout; 3] =
-        [CacheLayout::Contiguous, CacheLayout::NhdPacked, CacheLayout::HndPacked];
+    pub const ALL: [CacheLayout; 3] = [
+        CacheLayout::Contiguous,
+        CacheLayout::NhdPacked,
+        CacheLayout::HndPacked,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -43,8 +46,16 @@ impl CacheLayout {
         let (b, p, h, d) = (num_blocks, page_size, num_kv_heads, head_dim);
         match self {
             CacheLayout::Contiguous => {
-                let k = KvView { offset: 0, block_stride: p * h * d, slot_stride: h * d, head_stride: d };
-                let v = KvView { offset: b * p * h * d, ..k };
+                let k = KvView {
+                    offset: 0,
+                    block_stride: p * h * d,
+                    slot_stride: h * d,
+                    head_stride: d,
+                };
+                let v = KvView {
+                    offset: b * p * h * d,
+                    ..k
+                };
                 (k, v, 2 * b * p * h * d)
             }
             CacheLayout::NhdPacked => {
@@ -175,7 +186,11 @@ pub enum ProblemError {
     #[error("{field} must be positive, got 0")]
     Zero { field: &'static str },
     #[error("shape of `{tensor}` is {actual:?}, expected {expected:?}")]
-    Shape { tensor: &'static str, actual: Vec<usize>, expected: Vec<usize> },
+    Shape {
+        tensor: &'static str,
+        actual: Vec<usize>,
+        expected: Vec<usize>,
+    },
     #[error("cache buffer has {actual} elements but the K/V views reach element {needed}")]
     CacheTooSmall { actual: usize, needed: usize },
     #[error("cu_seqlens_q must have B + 1 = {expected} entries (B from seqused_k), got {actual}")]
@@ -183,8 +198,15 @@ pub enum ProblemError {
     #[error("cu_seqlens_q[0] must be 0, got {0}")]
     CuSeqlensStart(i32),
     #[error("cu_seqlens_q is not monotonic: cu_seqlens_q[{index}] = {value} < cu_seqlens_q[{prev_index}] = {prev}")]
-    CuSeqlensNotMonotonic { index: usize, value: i32, prev_index: usize, prev: i32 },
-    #[error("cu_seqlens_q ends at {end}, past T = {t} (rows past its end are padding, not extra rows)")]
+    CuSeqlensNotMonotonic {
+        index: usize,
+        value: i32,
+        prev_index: usize,
+        prev: i32,
+    },
+    #[error(
+        "cu_seqlens_q ends at {end}, past T = {t} (rows past its end are padding, not extra rows)"
+    )]
     CuSeqlensPastT { end: i32, t: usize },
     #[error("seqused_k[{b}] = {value} is negative")]
     NegativeKvLen { b: usize, value: i32 },
@@ -193,9 +215,21 @@ pub enum ProblemError {
     #[error("block_table has {actual} rows, expected B = {expected}")]
     BlockTableRows { expected: usize, actual: usize },
     #[error("block_table has {max_pages} pages per request but request {b} needs {needed} for Lk = {kv_len} at page size {page_size}")]
-    BlockTableShort { b: usize, needed: usize, max_pages: usize, kv_len: i32, page_size: usize },
+    BlockTableShort {
+        b: usize,
+        needed: usize,
+        max_pages: usize,
+        kv_len: i32,
+        page_size: usize,
+    },
     #[error("block_table[{b}, {page}] = {value} is out of range 0..{num_blocks} (needed for Lk = {kv_len})")]
-    BlockOutOfRange { b: usize, page: usize, value: i32, num_blocks: usize, kv_len: i32 },
+    BlockOutOfRange {
+        b: usize,
+        page: usize,
+        value: i32,
+        num_blocks: usize,
+        kv_len: i32,
+    },
     #[error("window_left = {0} is invalid: use -1 for no window or a value >= 0")]
     WindowLeft(i64),
     #[error("softmax_scale = {0} is not finite")]
@@ -344,7 +378,10 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
         }
     }
     if p.num_heads % p.num_kv_heads != 0 {
-        return Err(ProblemError::HeadsNotMultiple { heads: p.num_heads, kv_heads: p.num_kv_heads });
+        return Err(ProblemError::HeadsNotMultiple {
+            heads: p.num_heads,
+            kv_heads: p.num_kv_heads,
+        });
     }
     if !p.softmax_scale.is_finite() {
         return Err(ProblemError::Scale(p.softmax_scale));
@@ -375,12 +412,18 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
             needed = needed.max(last);
         }
         if needed > p.kv.len() {
-            return Err(ProblemError::CacheTooSmall { actual: p.kv.len(), needed });
+            return Err(ProblemError::CacheTooSmall {
+                actual: p.kv.len(),
+                needed,
+            });
         }
     }
     let batch = p.seqused_k.len();
     if p.cu_seqlens_q.len() != batch + 1 {
-        return Err(ProblemError::CuSeqlensLen { expected: batch + 1, actual: p.cu_seqlens_q.len() });
+        return Err(ProblemError::CuSeqlensLen {
+            expected: batch + 1,
+            actual: p.cu_seqlens_q.len(),
+        });
     }
     if p.cu_seqlens_q[0] != 0 {
         return Err(ProblemError::CuSeqlensStart(p.cu_seqlens_q[0]));
@@ -388,7 +431,12 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
     for i in 1..p.cu_seqlens_q.len() {
         let (prev, value) = (p.cu_seqlens_q[i - 1], p.cu_seqlens_q[i]);
         if value < prev {
-            return Err(ProblemError::CuSeqlensNotMonotonic { index: i, value, prev_index: i - 1, prev });
+            return Err(ProblemError::CuSeqlensNotMonotonic {
+                index: i,
+                value,
+                prev_index: i - 1,
+                prev,
+            });
         }
     }
     let end = p.cu_seqlens_q[batch];
@@ -396,7 +444,10 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
         return Err(ProblemError::CuSeqlensPastT { end, t });
     }
     if p.block_table.shape()[0] != batch {
-        return Err(ProblemError::BlockTableRows { expected: batch, actual: p.block_table.shape()[0] });
+        return Err(ProblemError::BlockTableRows {
+            expected: batch,
+            actual: p.block_table.shape()[0],
+        });
     }
     let max_pages = p.block_table.shape()[1];
     for b in 0..batch {
@@ -418,7 +469,13 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
         };
         let needed = (kv_len as usize).div_ceil(p.page_size);
         if needed > max_pages {
-            return Err(ProblemError::BlockTableShort { b, needed, max_pages, kv_len, page_size: p.page_size });
+            return Err(ProblemError::BlockTableShort {
+                b,
+                needed,
+                max_pages,
+                kv_len,
+                page_size: p.page_size,
+            });
         }
         for page in first_needed..needed {
             let value = p.block_table[[b, page]];

@@ -45,7 +45,13 @@ fn relayout(p: &Problem, layout: CacheLayout, to: impl Fn(usize) -> usize) -> Pr
             }
         }
     }
-    let data = ProblemData { kv, layout, k, v, ..p.data().clone() };
+    let data = ProblemData {
+        kv,
+        layout,
+        k,
+        v,
+        ..p.data().clone()
+    };
     Problem::new(data).expect("a relayout keeps a valid problem valid")
 }
 
@@ -59,7 +65,8 @@ pub fn split_request(p: &Problem, b: usize, first_len: usize) -> Option<Problem>
     }
     let mut data = p.data().clone();
     let first_kv = (r.kv_len - r.q_len + first_len) as i32;
-    data.cu_seqlens_q.insert(b + 1, (r.q_start + first_len) as i32);
+    data.cu_seqlens_q
+        .insert(b + 1, (r.q_start + first_len) as i32);
     data.seqused_k.insert(b, first_kv);
     let (rows, cols) = (p.block_table.shape()[0], p.block_table.shape()[1]);
     let mut table = Array2::<i32>::zeros((rows + 1, cols));

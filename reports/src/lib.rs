@@ -1,2 +1,59 @@
 //! relattn-reports: report rows, writers, merge and diff.
-#![forbid(unsafe_code)]
+//!
+//! A report directory holds one subdirectory per architecture (`sm90`, `sm100`, `cpu`), each
+//! with:
+//! - `results.jsonl`: one JSON row per line, appended as trials finish (survives interruption);
+//! - `results.csv`: the same rows, columns [`FIXED_COLUMNS`] then one per parameter (sorted);
+//! - `summary.json`: [`Summary`] (schema version, environment, counts, worst ratios, timings);
+//! - `summary.md`: tables a person reads; `junit.xml`: for CI test views.
+//!
+//! This crate knows nothing of the other relattn crates: paths and parameters are strings.
+#![deny(unsafe_code)]
+
+mod csv_io;
+mod diff;
+mod env;
+mod error;
+mod junit;
+mod load;
+mod markdown;
+mod merge;
+mod row;
+mod summary;
+mod writer;
+
+pub use csv_io::FIXED_COLUMNS;
+pub use diff::{diff, DiffOptions, DiffResult, ErrorGrowth, Slowdown, StatusChange, TrialRef};
+pub use env::{CompileCheck, Environment};
+pub use error::ReportError;
+pub use junit::{escape_attr, escape_text};
+pub use load::{load, load_arch, ArchReport, Report};
+pub use merge::merge;
+pub use row::{Row, Status};
+pub use summary::{PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
+pub use writer::{now, ReportWriter};
+
+use std::path::Path;
+
+pub const RESULTS_JSONL: &str = "results.jsonl";
+pub const RESULTS_CSV: &str = "results.csv";
+pub const SUMMARY_JSON: &str = "summary.json";
+pub const SUMMARY_MD: &str = "summary.md";
+pub const JUNIT_XML: &str = "junit.xml";
+
+/// summary.md of every architecture in `dir`, computed from the rows (so it also works on an
+/// interrupted report).
+pub fn show(dir: &Path) -> Result<String, ReportError> {
+    let report = load(dir)?;
+    Ok(render(&report))
+}
+
+/// summary.md of every architecture of a loaded report, separated by blank lines.
+pub fn render(report: &Report) -> String {
+    report
+        .archs
+        .values()
+        .map(|a| markdown::render(&a.summary(), &a.rows))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,28 @@
+# Helpers sourced by the ci/ scripts; not a job of its own.
+
+# The repository root. Scripts stay in the caller's directory, so relative report paths given
+# to them mean what the caller meant; only cargo is pointed at the workspace.
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Path of the relattn binary: $RELATTN_BIN when the pipeline provides one, else a release build
+# made here (build output goes to stderr so callers can capture the path).
+relattn_bin() {
+    if [[ -n "${RELATTN_BIN:-}" ]]; then
+        echo "$RELATTN_BIN"
+        return
+    fi
+    cargo build --release --locked --bin relattn --manifest-path "$repo_root/Cargo.toml" >&2
+    echo "${CARGO_TARGET_DIR:-$repo_root/target}/release/relattn"
+}
+
+# Copies every junit.xml under DIR to DIR/junit/<tier>-<arch>.xml: one flat folder for the CI's
+# test-result collectors (Buildkite test analytics, GitHub test reporters).
+collect_junit() {
+    local out=$1 f rel name
+    mkdir -p "$out/junit"
+    while IFS= read -r f; do
+        rel=${f#"$out"/}
+        name=${rel%/junit.xml}
+        cp "$f" "$out/junit/${name//\//-}.xml"
+    done < <(find "$out" -path "$out/junit" -prune -o -name junit.xml -print)
+}

@@ -1,0 +1,14 @@
+//! One module per subcommand. Each defines its clap `Args` and `run(args) -> anyhow::Result<()>`;
+//! errors carry their exit code (`crate::exit`).
+
+pub mod bench;
+pub mod bench_reference;
+pub mod devices;
+pub mod exec;
+pub mod gen;
+pub mod matrix;
+pub mod mutants;
+pub mod reference;
+pub mod report;
+pub mod route;
+pub mod run;

@@ -1,0 +1,8 @@
+//! `relattn reference` (not built yet).
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    Err(crate::exit::usage("`relattn reference` is not available in this build"))
+}

@@ -1,0 +1,134 @@
+//! `relattn report`: merge shard reports, diff against a baseline, show a summary.
+
+use crate::exit;
+use relattn_reports::{DiffOptions, Report};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: ReportCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ReportCommand {
+    /// Merge shard reports (each DIR holds sm90/, sm100/, cpu/ ... or is one of them) into --out.
+    Merge {
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Compare NEW against BASE; exit 1 on a regression.
+    Diff {
+        base: PathBuf,
+        new: PathBuf,
+        /// max_abs grown by more than this factor is a regression.
+        #[arg(long, default_value_t = 2.0, value_name = "F")]
+        error_factor: f64,
+        /// TFLOP/s or GB/s down by more than this percentage is a regression.
+        #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+        throughput_drop: f64,
+        /// Ignore error growth while the new error is under this share of its bound.
+        #[arg(long, default_value_t = 0.1, value_name = "R")]
+        ratio_floor: f64,
+        /// Also fail when trials are missing from NEW or went from pass to skip.
+        #[arg(long)]
+        strict_coverage: bool,
+        /// Print the full result as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the summary (summary.md) of a report directory.
+    Show { dir: PathBuf },
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        ReportCommand::Merge { dirs, out } => merge(&dirs, &out),
+        ReportCommand::Diff {
+            base,
+            new,
+            error_factor,
+            throughput_drop,
+            ratio_floor,
+            strict_coverage,
+            json,
+        } => {
+            let options = DiffOptions {
+                error_factor,
+                throughput_drop_pct: throughput_drop,
+                ratio_floor,
+                strict_coverage,
+                ..DiffOptions::default()
+            };
+            diff(&base, &new, &options, json)
+        }
+        ReportCommand::Show { dir } => {
+            let text = relattn_reports::show(&dir).map_err(unreadable)?;
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// The error already names the directory; add what would be accepted instead.
+fn unreadable(err: relattn_reports::ReportError) -> anyhow::Error {
+    exit::usage(format!(
+        "{err}. Give a directory written by `relattn run --out DIR` or `relattn report merge` \
+         (or one of its sm90/, sm100/, cpu/ subdirectories)"
+    ))
+}
+
+fn load(dir: &Path) -> anyhow::Result<Report> {
+    relattn_reports::load(dir).map_err(unreadable)
+}
+
+fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    // Read each input first so an unreadable one is named as such, not as a merge failure.
+    for d in dirs {
+        load(d)?;
+    }
+    let merged = relattn_reports::merge(dirs, out)
+        .map_err(|e| exit::usage(format!("cannot merge into {}: {e}", out.display())))?;
+    for (arch, a) in &merged.archs {
+        let c = a.summary().counts;
+        println!(
+            "{arch}: {} trials ({} pass, {} fail, {} skip, {} error){} -> {}",
+            c.total(),
+            c.pass,
+            c.fail,
+            c.skip,
+            c.error,
+            if a.complete { "" } else { ", incomplete" },
+            a.dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn diff(base: &Path, new: &Path, options: &DiffOptions, json: bool) -> anyhow::Result<()> {
+    let ok_factor = options.error_factor.is_finite() && options.error_factor >= 1.0;
+    let ok_drop = (0.0..100.0).contains(&options.throughput_drop_pct);
+    let ok_floor = options.ratio_floor.is_finite() && options.ratio_floor >= 0.0;
+    if !(ok_factor && ok_drop && ok_floor) {
+        return Err(exit::usage(
+            "--error-factor must be >= 1, --throughput-drop in [0, 100), --ratio-floor >= 0",
+        ));
+    }
+    let (b, n) = (load(base)?, load(new)?);
+    let result = relattn_reports::diff(&b, &n, options);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", result.render());
+    }
+    if result.is_regression() {
+        return Err(exit::failed(format!(
+            "{} regressed against {}",
+            new.display(),
+            base.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! `relattn run`: the main job. Routing checks for every architecture, the reference
+//! self-checks of the matrix and, with a usable GPU, the GPU trials; one report directory.
+
+use crate::execute::{run_trial, CaseStore};
+use crate::exit;
+use crate::gpu_status::{DeviceSelection, GpuStatus};
+use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
+use crate::session::{Session, SessionOptions};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+use relattn_matrices::Shard;
+use relattn_reports::{Environment, ReportWriter, Row};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Tier (smoke, ci, nightly, regressions) or a matrix file. Default: ci with a GPU, smoke without.
+    #[arg(long)]
+    pub matrix: Option<String>,
+    /// GPU paths: routed (the device's production path), all, or a list like score_mod,fallback.
+    #[arg(long, default_value = "all")]
+    pub paths: String,
+    /// Run shard K of N of the matrix (1-based), e.g. 2/8.
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Report directory; the report goes to OUT/<arch> (sm90, sm100, ... or cpu).
+    #[arg(long, default_value = "reports-out")]
+    pub out: PathBuf,
+    /// GPUs to use: all, or indices like 0 or 0,1.
+    #[arg(long, default_value = "0")]
+    pub devices: String,
+    /// Compile kernels with RELATTN_BOUNDS_CHECK: off, on or both (default: both for ci and regressions).
+    #[arg(long)]
+    pub bounds_check: Option<String>,
+    /// Only the case(s) whose id starts with this.
+    #[arg(long)]
+    pub case: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let opts = SessionOptions {
+        gpu_matrix: args.matrix.clone(),
+        selfcheck_matrix: None,
+        paths: args.paths.parse::<PathSelection>().map_err(exit::usage)?,
+        bounds: args.bounds_check.as_deref().map(str::parse::<BoundsCheck>).transpose().map_err(exit::usage)?,
+        shard: args.shard.as_deref().map(str::parse::<Shard>).transpose().map_err(|e| exit::usage(e.to_string()))?,
+        devices: args.devices.parse::<DeviceSelection>().map_err(exit::usage)?,
+        case: args.case.clone(),
+    };
+    let session = Session::open(&opts).map_err(|e| exit::usage(format!("{e:#}")))?;
+    if let GpuStatus::Rejected(why) = &session.status {
+        return Err(exit::no_gpu(why.clone()));
+    }
+    let arch = match &session.status {
+        GpuStatus::Ready { devices, .. } => format!("sm{}{}", devices[0].cc.major, devices[0].cc.minor),
+        _ => "cpu".to_string(),
+    };
+    eprintln!("relattn run: matrix `{}`, {} trials; {}", session.gpu_matrix, session.trials.len(), session.gpu_line());
+    if arch == "cpu" {
+        eprintln!("relattn run: no usable GPU, running the CPU part (routing and reference checks) only");
+    }
+    let env = environment(&session, &args);
+    let mut writer = ReportWriter::create(&args.out, &arch, env)?;
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let started = Instant::now();
+    let bar = ProgressBar::with_draw_target(Some(session.trials.len() as u64), ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut write_error = None;
+    execute_all(&session, |row| {
+        if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        *counts.entry(row.status.as_str()).or_default() += 1;
+        if row.status.is_bad() {
+            bar.suspend(|| eprintln!("{} {}: {}", row.status.as_str().to_uppercase(), row.trial, row.message));
+        }
+        bar.inc(1);
+        if let Err(e) = writer.push(row) {
+            write_error.get_or_insert(e);
+        }
+    });
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    bar.finish_and_clear();
+    let dir = writer.dir().to_path_buf();
+    let summary = writer.finish()?;
+    let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    eprintln!("relattn run: {} in {:.1}s; report in {}", line.join(", "), started.elapsed().as_secs_f64(), dir.display());
+    if !summary.all_passed() {
+        return Err(exit::failed(format!(
+            "{} trial(s) failed or errored, {} compile check(s) failed",
+            summary.counts.fail + summary.counts.error,
+            summary.compile_checks_failed
+        )));
+    }
+    Ok(())
+}
+
+/// Run every trial, CPU ones on the thread pool and GPU ones on one worker per device, and
+/// hand each row to `on_row` (on this thread) as soon as it finishes.
+fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
+    let (tx, rx) = mpsc::channel::<Row>();
+    let trials = session.trials.clone();
+    let store = Arc::new(CaseStore::for_trials(&trials));
+    let (gpu, cpu): (Vec<Trial>, Vec<Trial>) =
+        trials.into_iter().partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
+    let matrix = session.gpu_matrix.clone();
+    std::thread::scope(|scope| {
+        // GPU trials grouped by case, so a case's reference and upload serve all its trials.
+        let mut by_case: BTreeMap<String, Vec<Trial>> = BTreeMap::new();
+        for t in gpu {
+            let id = t.case().map(|c| c.id.clone()).unwrap_or_default();
+            by_case.entry(id).or_default().push(t);
+        }
+        let queue = Arc::new(Mutex::new(by_case.into_values().collect::<VecDeque<_>>()));
+        if let Some(exec) = session.executor_ref() {
+            for slot in 0..session.device_count() {
+                let (queue, tx, store, matrix) = (queue.clone(), tx.clone(), store.clone(), matrix.clone());
+                scope.spawn(move || loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some(group) = next else { break };
+                    for t in &group {
+                        let _ = tx.send(run_trial(t, &store, Some((exec, slot)), &matrix));
+                    }
+                });
+            }
+        }
+        let tx_cpu = tx.clone();
+        let (store_cpu, matrix_cpu) = (store.clone(), matrix.clone());
+        scope.spawn(move || {
+            cpu.par_iter().for_each_with(tx_cpu, |tx, t| {
+                let _ = tx.send(run_trial(t, &store_cpu, None, &matrix_cpu));
+            });
+        });
+        drop(tx);
+        for row in rx {
+            on_row(row);
+        }
+    });
+}
+
+fn environment(session: &Session, args: &Args) -> Environment {
+    let mut env = Environment {
+        matrix: Some(session.gpu_matrix.clone()),
+        shard: args.shard.clone(),
+        started: Some(relattn_reports::now()),
+        relattn_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        git_revision: git_revision(),
+        hostname: std::fs::read_to_string("/etc/hostname").ok().map(|s| s.trim().to_string()),
+        ..Environment::default()
+    };
+    let mut seeds: Vec<u64> = session.cases.iter().map(|c| c.spec.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    env.seeds = seeds;
+    if let GpuStatus::Ready { devices, routed } = &session.status {
+        let d = &devices[0];
+        env.gpu_name = Some(d.name.clone());
+        env.capability = Some(d.cc.to_string());
+        env.driver = Some(d.driver_version.clone());
+        env.extra.insert("routed_path".into(), serde_json::json!(routed.as_str()));
+        env.extra.insert("devices".into(), serde_json::json!(devices.len()));
+    } else if let Some(why) = session.status.unusable_reason() {
+        env.notes.push(why);
+    }
+    crate::gpu_exec::describe(session, &mut env);
+    env
+}
+
+/// The git revision, from `RELATTN_GIT_REV` or `git rev-parse HEAD`; None outside a checkout.
+fn git_revision() -> Option<String> {
+    if let Ok(rev) = std::env::var("RELATTN_GIT_REV") {
+        return Some(rev);
+    }
+    let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

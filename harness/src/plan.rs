@@ -1,0 +1,318 @@
+//! The list of trials a run (or `cargo test`) has: routing rows, reference self-checks and GPU
+//! trials, each with a stable hierarchical name and, when this machine cannot run it, the reason
+//! it is ignored, decided when the list is built.
+
+use crate::gpu_status::GpuStatus;
+use crate::selfcheck::Check;
+use relattn_kernels::routing::{table, ArchRow, Capability, PathId};
+use relattn_matrices::{Case, Expansion, SplitSetting};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Largest case (reference FLOP) the naive oracle self-checks run on.
+pub const SELFCHECK_MAX_FLOPS: f64 = 1.0e9;
+
+/// Which GPU paths a run covers (`--paths`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathSelection {
+    /// Only the device's production path.
+    Routed,
+    /// Every path this project has native kernels for (they run on any SM80+ GPU).
+    All,
+    List(Vec<PathId>),
+}
+
+impl FromStr for PathSelection {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "routed" => Ok(PathSelection::Routed),
+            "all" => Ok(PathSelection::All),
+            list => list
+                .split(',')
+                .map(|p| p.trim().parse::<PathId>().map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, _>>()
+                .map(PathSelection::List),
+        }
+    }
+}
+
+impl PathSelection {
+    fn includes(&self, path: PathId, routed: Option<PathId>) -> bool {
+        match self {
+            PathSelection::All => true,
+            PathSelection::Routed => routed.is_none_or(|r| r == path),
+            PathSelection::List(v) => v.contains(&path),
+        }
+    }
+}
+
+/// Whether GPU trials run with `RELATTN_BOUNDS_CHECK` compiled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundsCheck {
+    Off,
+    On,
+    Both,
+}
+
+impl FromStr for BoundsCheck {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(BoundsCheck::Off),
+            "on" => Ok(BoundsCheck::On),
+            "both" => Ok(BoundsCheck::Both),
+            _ => Err(format!("invalid --bounds-check `{s}`: use off, on or both")),
+        }
+    }
+}
+
+impl BoundsCheck {
+    /// The default for a tier: `ci` and `regressions` run with and without the check.
+    pub fn default_for(tier: &str) -> BoundsCheck {
+        if tier == "ci" || tier == "regressions" {
+            BoundsCheck::Both
+        } else {
+            BoundsCheck::Off
+        }
+    }
+
+    pub fn variants(self) -> &'static [bool] {
+        match self {
+            BoundsCheck::Off => &[false],
+            BoundsCheck::On => &[true],
+            BoundsCheck::Both => &[false, true],
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum TrialKind {
+    /// Invariants of one routing-table row over a grid of shapes.
+    Routing(ArchRow),
+    /// Capabilities outside the table are rejected.
+    RoutingUnknown,
+    /// One reference self-check of one case.
+    Reference { case: Arc<Case>, check: Check },
+    /// One GPU path on one case.
+    Gpu {
+        case: Arc<Case>,
+        path: PathId,
+        split: SplitSetting,
+        bounds_check: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub name: String,
+    pub kind: TrialKind,
+    /// Why this machine cannot run it (listed as ignored / reported as skip).
+    pub ignore: Option<String>,
+}
+
+impl Trial {
+    pub fn case(&self) -> Option<&Arc<Case>> {
+        match &self.kind {
+            TrialKind::Reference { case, .. } | TrialKind::Gpu { case, .. } => Some(case),
+            _ => None,
+        }
+    }
+
+    /// The `path` column of the report.
+    pub fn path(&self) -> String {
+        match &self.kind {
+            TrialKind::Routing(_) | TrialKind::RoutingUnknown => "routing".into(),
+            TrialKind::Reference { .. } => "reference".into(),
+            TrialKind::Gpu { path, .. } => path.as_str().into(),
+        }
+    }
+}
+
+/// Routing trials: one per table row, plus unknown capabilities.
+pub fn routing_trials() -> Vec<Trial> {
+    let mut out: Vec<Trial> = table()
+        .iter()
+        .map(|row| Trial {
+            name: format!("routing::{}", row.cc.sm_name()),
+            kind: TrialKind::Routing(*row),
+            ignore: None,
+        })
+        .collect();
+    out.push(Trial {
+        name: "routing::unknown".into(),
+        kind: TrialKind::RoutingUnknown,
+        ignore: None,
+    });
+    out
+}
+
+/// Reference self-check trials of a tier's cases (the naive oracle is too slow for big ones).
+pub fn reference_trials(cases: &[Arc<Case>]) -> Vec<Trial> {
+    let mut out = Vec::new();
+    for case in cases {
+        for check in Check::ALL {
+            let ignore = if case.sample_rows.is_some() {
+                Some("sampled-row case: too large for the naive oracle".to_string())
+            } else if case.flops() > SELFCHECK_MAX_FLOPS {
+                Some(format!(
+                    "{:.1} GFLOP: too large for the naive oracle (limit {:.1})",
+                    case.flops() / 1e9,
+                    SELFCHECK_MAX_FLOPS / 1e9
+                ))
+            } else {
+                None
+            };
+            out.push(Trial {
+                name: format!("reference::{check}::{}::{}", case.name, case.id),
+                kind: TrialKind::Reference {
+                    case: case.clone(),
+                    check,
+                },
+                ignore,
+            });
+        }
+    }
+    out
+}
+
+/// GPU trials of an expansion: every (case, path, split) the selection covers, runnable or not.
+pub fn gpu_trials(
+    expansion: &Expansion,
+    cases: &[Arc<Case>],
+    status: &GpuStatus,
+    paths: &PathSelection,
+    bounds: BoundsCheck,
+) -> Vec<Trial> {
+    let routed = match status {
+        GpuStatus::Ready { routed, .. } => Some(*routed),
+        _ => None,
+    };
+    let unusable = status.unusable_reason();
+    let mut out = Vec::new();
+    for case in cases {
+        for plan in case.trials() {
+            let Ok(path) = plan.path.parse::<PathId>() else {
+                continue;
+            };
+            if !paths.includes(path, routed) {
+                continue;
+            }
+            for &checked in bounds.variants() {
+                let name = if checked {
+                    plan.name.replacen("gpu::", "gpu_checked::", 1)
+                } else {
+                    plan.name.clone()
+                };
+                let ignore = plan.skip.clone().or_else(|| unusable.clone());
+                out.push(Trial {
+                    name,
+                    kind: TrialKind::Gpu {
+                        case: case.clone(),
+                        path,
+                        split: plan.split,
+                        bounds_check: checked,
+                    },
+                    ignore,
+                });
+            }
+        }
+    }
+    debug_assert!(expansion.cases.len() == cases.len());
+    out
+}
+
+/// Check one routing row against the policies over a grid of shapes.
+pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
+    use relattn_kernels::routing::{decide, Outcome, Shape};
+    let mut checked = 0;
+    let heads = [(64, 8), (32, 4), (16, 2), (8, 1), (64, 16), (8, 2)];
+    for batch in [1usize, 8, 32] {
+        for max_query_len in [1usize, 9, 128, 2048] {
+            for &(num_heads, num_kv_heads) in &heads {
+                for max_kv_len in [512usize, 8192, 65536, 131072, 1_048_576] {
+                    for (is_local, window_left) in [(false, -1i64), (true, 511)] {
+                        for page_size in [16usize, 64, 128] {
+                            let shape = Shape {
+                                batch,
+                                max_query_len,
+                                num_heads,
+                                num_kv_heads,
+                                max_kv_len,
+                                page_size,
+                                window_left,
+                                is_local,
+                            };
+                            let d = decide(row.cc, &shape);
+                            checked += 1;
+                            let ctx = || format!("SM {} {shape:?}: {d:?}", row.cc);
+                            match row.outcome {
+                                Outcome::Reject(_) => {
+                                    if !d.rejected || d.path.is_some() || d.num_splits.is_some() {
+                                        return Err(format!("rejected row routed: {}", ctx()));
+                                    }
+                                }
+                                Outcome::Route(path) => {
+                                    let splits = d.num_splits.unwrap_or(0);
+                                    if d.rejected || d.path != Some(path) || splits < 1 {
+                                        return Err(format!("wrong route: {}", ctx()));
+                                    }
+                                    if !row.paged_kv_forward {
+                                        return Err(format!(
+                                            "route without a paged forward: {}",
+                                            ctx()
+                                        ));
+                                    }
+                                    if (!row.split_kv || is_local) && splits != 1 {
+                                        return Err(format!(
+                                            "num_splits > 1 without split-KV: {}",
+                                            ctx()
+                                        ));
+                                    }
+                                    if d.split_kv_decode && !row.split_kv_decode {
+                                        return Err(format!(
+                                            "split-KV decode on a row without it: {}",
+                                            ctx()
+                                        ));
+                                    }
+                                }
+                            }
+                            if d.max_seqlen_q_bucket < max_query_len
+                                || !d.max_seqlen_q_bucket.is_power_of_two()
+                            {
+                                return Err(format!("bad bucket: {}", ctx()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Capabilities outside the table are all rejected with "no route for SM x.y".
+pub fn check_unknown_capabilities() -> Result<usize, String> {
+    use relattn_kernels::routing::{lookup, route};
+    let mut checked = 0;
+    for major in 0..=15 {
+        for minor in 0..=9 {
+            let cc = Capability::new(major, minor);
+            if lookup(cc).is_some() {
+                continue;
+            }
+            checked += 1;
+            match route(cc) {
+                Ok(p) => return Err(format!("SM {cc} is not in the table but routes to {p}")),
+                Err(r) if !r.reason.contains(&format!("no route for SM {cc}")) => {
+                    return Err(format!(
+                        "SM {cc} rejected with an unclear reason: {}",
+                        r.reason
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    Ok(checked)
+}

@@ -1,0 +1,144 @@
+//! A session: the matrices, the GPU decision and the trial list, shared by `relattn run` and
+//! the `cargo test` harness. The GPU decision comes first and the executor (the only thing that
+//! compiles kernels or touches device memory) is created last, only for a usable device.
+
+use crate::execute::GpuExecutor;
+use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
+use crate::plan::{gpu_trials, reference_trials, routing_trials, BoundsCheck, PathSelection, Trial};
+use anyhow::Context;
+use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};
+use relattn_matrices::{Case, Shard};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Tier or file of the GPU trials; None: `ci` with a GPU, `smoke` without.
+    pub gpu_matrix: Option<String>,
+    /// Tier or file of the reference self-checks; None: the GPU matrix.
+    pub selfcheck_matrix: Option<String>,
+    pub paths: PathSelection,
+    /// None: the tier's default (`ci` and `regressions` run both).
+    pub bounds: Option<BoundsCheck>,
+    pub shard: Option<Shard>,
+    pub devices: DeviceSelection,
+    /// Keep only cases whose id starts with this.
+    pub case: Option<String>,
+}
+
+impl SessionOptions {
+    /// `cargo test`: self-checks on smoke; GPU tier from `RELATTN_MATRIX`.
+    pub fn for_cargo_test() -> SessionOptions {
+        SessionOptions {
+            gpu_matrix: std::env::var("RELATTN_MATRIX").ok().filter(|s| !s.is_empty()),
+            selfcheck_matrix: Some("smoke".into()),
+            paths: PathSelection::All,
+            bounds: None,
+            shard: None,
+            devices: DeviceSelection::default(),
+            case: None,
+        }
+    }
+}
+
+/// Creates the GPU executor: compiles every program the run needs, then opens the devices.
+pub trait ExecutorFactory {
+    fn create(&self, devices: &[DeviceInfo], bounds: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String>;
+}
+
+pub struct Session {
+    pub status: GpuStatus,
+    pub gpu_matrix: String,
+    pub trials: Vec<Trial>,
+    /// Cases of the GPU matrix (after shard and filter).
+    pub cases: Vec<Arc<Case>>,
+    executor: Option<Box<dyn GpuExecutor>>,
+}
+
+impl Session {
+    /// The real machine: NVML for capabilities, the kernels crate for execution.
+    pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
+        let libs = crate::gpu_exec::libraries_present();
+        Session::open_with(opts, &NvmlSource::new(), libs, &crate::gpu_exec::RealFactory)
+    }
+
+    /// `open` with the capability source and the executor factory given (tests count calls).
+    pub fn open_with(
+        opts: &SessionOptions,
+        source: &dyn CapabilitySource,
+        libs_present: bool,
+        factory: &dyn ExecutorFactory,
+    ) -> anyhow::Result<Session> {
+        let status = detect(source, libs_present, &opts.devices);
+        let gpu_matrix = opts.gpu_matrix.clone().unwrap_or_else(|| {
+            if matches!(status, GpuStatus::Ready { .. }) { "ci".into() } else { "smoke".into() }
+        });
+        let bounds = opts.bounds.unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
+        let (expansion, cases) = load_cases(&gpu_matrix, opts)?;
+        let mut trials = routing_trials();
+        let self_cases = match &opts.selfcheck_matrix {
+            Some(m) if *m != gpu_matrix => load_cases(m, opts)?.1,
+            _ => cases.clone(),
+        };
+        trials.extend(reference_trials(&self_cases));
+        let mut status = status;
+        let mut executor = None;
+        if let GpuStatus::Ready { devices, .. } = &status {
+            match factory.create(devices, bounds) {
+                Ok(e) => executor = Some(e),
+                Err(e) => status = GpuStatus::Absent(format!("GPU setup failed: {e}")),
+            }
+        }
+        trials.extend(gpu_trials(&expansion, &cases, &status, &opts.paths, bounds));
+        Ok(Session { status, gpu_matrix, trials, cases, executor })
+    }
+
+    pub fn executor(&self) -> Option<(&dyn GpuExecutor, usize)> {
+        self.executor.as_deref().map(|e| (e, 0))
+    }
+
+    pub fn executor_ref(&self) -> Option<&dyn GpuExecutor> {
+        self.executor.as_deref()
+    }
+
+    /// Number of device workers.
+    pub fn device_count(&self) -> usize {
+        match &self.status {
+            GpuStatus::Ready { devices, .. } if self.executor.is_some() => devices.len(),
+            _ => 0,
+        }
+    }
+
+    /// One line on the GPU situation.
+    pub fn gpu_line(&self) -> String {
+        match &self.status {
+            GpuStatus::Ready { devices, routed } => {
+                let names: Vec<String> =
+                    devices.iter().map(|d| format!("GPU {} {} (SM {})", d.index, d.name, d.cc)).collect();
+                format!("{}; production path {routed}", names.join(", "))
+            }
+            other => other.unusable_reason().unwrap_or_default(),
+        }
+    }
+}
+
+fn load_cases(
+    matrix: &str,
+    opts: &SessionOptions,
+) -> anyhow::Result<(relattn_matrices::Expansion, Vec<Arc<Case>>)> {
+    let m = relattn_matrices::load(matrix).with_context(|| format!("loading matrix `{matrix}`"))?;
+    let expansion = m.expand().with_context(|| format!("expanding matrix `{matrix}`"))?;
+    let mut cases = match opts.shard {
+        Some(s) => s.select(&expansion.cases),
+        None => expansion.cases.clone(),
+    };
+    if let Some(prefix) = &opts.case {
+        cases.retain(|c| c.id.starts_with(prefix.as_str()));
+        if cases.is_empty() {
+            return Err(crate::exit::usage(format!(
+                "no case of `{matrix}` has an id starting with `{prefix}`"
+            )));
+        }
+    }
+    let cases = cases.into_iter().map(Arc::new).collect();
+    Ok((expansion, cases))
+}

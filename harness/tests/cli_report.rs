@@ -1,0 +1,109 @@
+//! `relattn report` exit codes: 0 for identical reports, 1 for a regression, 2 for a bad directory.
+
+use relattn_reports::{Environment, ReportWriter, Row, Status};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn rows() -> Vec<Row> {
+    (0..4)
+        .map(|i| {
+            let mut r = Row::new(
+                format!("c{i}"),
+                format!("gpu::fallback::t{i}"),
+                "fallback",
+                Status::Pass,
+            );
+            r.max_abs = Some(1e-3);
+            r.bound = Some(2e-2);
+            r.tflops = Some(100.0);
+            r.ms = Some(2.0);
+            r.params.insert("layer".into(), "global_e128".into());
+            r
+        })
+        .collect()
+}
+
+fn write(dir: &Path, rows: &[Row]) {
+    let env = Environment {
+        gpu_name: Some("NVIDIA H200".into()),
+        ..Environment::default()
+    };
+    let mut w = ReportWriter::create(dir, "sm90", env).unwrap();
+    for r in rows {
+        w.push(r.clone()).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn relattn(args: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn report_diff_show_and_merge_exit_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, same, worse) = (
+        tmp.path().join("base"),
+        tmp.path().join("same"),
+        tmp.path().join("worse"),
+    );
+    write(&base, &rows());
+    write(&same, &rows());
+    let mut planted = rows();
+    planted[1].status = Status::Fail;
+    planted[1].message = "max_abs over bound".into();
+    write(&worse, &planted);
+    let (report, diff) = (Path::new("report"), Path::new("diff"));
+
+    let out = relattn(&[report, diff, &base, &same]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("no regression"));
+
+    let out = relattn(&[report, diff, &base, &worse]);
+    assert_eq!(code(&out), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("gpu::fallback::t1"));
+
+    let out = relattn(&[report, diff, &base, &worse, Path::new("--json")]);
+    assert_eq!(code(&out), 1);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["new_failures"][0]["trial"], "gpu::fallback::t1");
+
+    let missing = tmp.path().join("missing");
+    let out = relattn(&[report, diff, &base, &missing]);
+    assert_eq!(code(&out), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
+    assert_eq!(code(&relattn(&[report, Path::new("show"), &missing])), 2);
+
+    let out = relattn(&[report, Path::new("show"), &worse]);
+    assert_eq!(code(&out), 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("## Path `fallback`"));
+
+    let merged = tmp.path().join("merged");
+    let out = relattn(&[
+        report,
+        Path::new("merge"),
+        &base,
+        &same,
+        Path::new("--out"),
+        &merged,
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(code(&relattn(&[report, diff, &base, &merged])), 0);
+    // Shards that disagree about a trial cannot be merged.
+    let out = relattn(&[
+        report,
+        Path::new("merge"),
+        &base,
+        &worse,
+        Path::new("--out"),
+        &merged,
+    ]);
+    assert_eq!(code(&out), 2);
+}

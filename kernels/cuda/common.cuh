@@ -1,0 +1,298 @@
+// Device code shared by every relattn program. The Rust side prepends this file to each path's
+// source before NVRTC compiles it: NVRTC on the target machines has no toolkit headers, so no
+// program includes anything. bf16 and fp16 travel as 16-bit patterns and are converted by bit
+// operations and inline PTX.
+//
+// Compile-time switches:
+//   RELATTN_BOUNDS_CHECK  every global index is checked against its tensor's size; __trap() on
+//                         violation (the CUDA context is dead afterwards).
+//   RELATTN_MUTANT=n      plants planted defect n (see gpu::Mutant on the Rust side); 0 = none.
+
+#ifndef RELATTN_MUTANT
+#define RELATTN_MUTANT 0
+#endif
+#define MUTANT(n) (RELATTN_MUTANT == (n))
+
+typedef long long i64;
+
+#define HEAD_DIM 128
+#define THREADS 128
+// A CTA computes ROWS "virtual rows" (a query row and a head) with LANES threads each.
+#define ROWS 32
+#define LANES 4
+#define DIMS_PER_LANE (HEAD_DIM / LANES)
+// Keys staged through shared memory at a time.
+#define KCHUNK 32
+// Key tile of the sheared bias buffer and of sheared_bias splits.
+#define SHEAR_TILE 128
+
+struct bf16 {
+    unsigned short bits;
+};
+struct fp16 {
+    unsigned short bits;
+};
+
+__device__ __forceinline__ float to_f32(bf16 x) { return __uint_as_float(((unsigned int)x.bits) << 16); }
+__device__ __forceinline__ float to_f32(fp16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+__device__ __forceinline__ float to_f32(float x) { return x; }
+
+template <class T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+    bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+    return r;
+}
+template <> __device__ __forceinline__ fp16 from_f32<fp16>(float x) {
+    fp16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+    return r;
+}
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+__device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+__device__ __forceinline__ i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
+
+// Kernel parameters, passed by value. The Rust mirror is `gpu::params::Params`: every field is
+// 8 bytes except the trailing float + int pair, so both sides lay it out identically.
+struct Params {
+    const void* q;            // [T, H, D]
+    const void* kv;           // the cache buffer holding K and V
+    const void* rel;          // [T, H, E]
+    void* out;                // [T, H, D]
+    const int* block_table;   // [B, bt_stride]
+    const int* seqused_k;     // [B]
+    const int* cu_seqlens_q;  // [B + 1]
+    float* ws_o;              // [num_splits, T, H, D] partial outputs (normalised)
+    float* ws_lse;            // [num_splits, T, H] partial log-sum-exp
+    void* shear;              // [T, H, shear_width] sheared bias (dtype)
+    i64 T, H, Hkv, G, D, E, B;
+    i64 bt_stride, page_size;
+    i64 k_off, k_block, k_slot, k_head;
+    i64 v_off, v_block, v_slot, v_head;
+    i64 window_left, num_splits, shear_width, real_rows;
+    // Sizes in elements, for RELATTN_BOUNDS_CHECK.
+    i64 q_size, kv_size, rel_size, out_size, bt_size, ws_o_size, ws_lse_size, shear_size;
+    float scale;
+    int pad;
+};
+
+#ifdef RELATTN_BOUNDS_CHECK
+__device__ __forceinline__ void check_index(i64 i, i64 size) {
+    if (i < 0 || i >= size) __trap();
+}
+#else
+__device__ __forceinline__ void check_index(i64, i64) {}
+#endif
+
+template <class T> __device__ __forceinline__ float ld_q(const Params& p, i64 i) {
+    check_index(i, p.q_size);
+    return to_f32(((const T*)p.q)[i]);
+}
+template <class T> __device__ __forceinline__ float ld_kv(const Params& p, i64 i) {
+    check_index(i, p.kv_size);
+    return to_f32(((const T*)p.kv)[i]);
+}
+template <class T> __device__ __forceinline__ float ld_rel(const Params& p, i64 i) {
+    check_index(i, p.rel_size);
+    return to_f32(((const T*)p.rel)[i]);
+}
+template <class T> __device__ __forceinline__ void st_out(const Params& p, i64 i, float x) {
+    check_index(i, p.out_size);
+    ((T*)p.out)[i] = from_f32<T>(x);
+}
+template <class T> __device__ __forceinline__ float ld_shear(const Params& p, i64 i) {
+    check_index(i, p.shear_size);
+    return to_f32(((const T*)p.shear)[i]);
+}
+template <class T> __device__ __forceinline__ void st_shear(const Params& p, i64 i, float x) {
+    check_index(i, p.shear_size);
+    ((T*)p.shear)[i] = from_f32<T>(x);
+}
+__device__ __forceinline__ i64 ld_block(const Params& p, i64 i) {
+    check_index(i, p.bt_size);
+    return p.block_table[i];
+}
+__device__ __forceinline__ i64 ld_cu(const Params& p, i64 b) {
+    check_index(b, p.B + 1);
+    return p.cu_seqlens_q[b];
+}
+__device__ __forceinline__ i64 ld_seqk(const Params& p, i64 b) {
+    check_index(b, p.B);
+    return p.seqused_k[b];
+}
+__device__ __forceinline__ float ld_ws_o(const Params& p, i64 i) {
+    check_index(i, p.ws_o_size);
+    return p.ws_o[i];
+}
+__device__ __forceinline__ void st_ws_o(const Params& p, i64 i, float x) {
+    check_index(i, p.ws_o_size);
+    p.ws_o[i] = x;
+}
+__device__ __forceinline__ float ld_ws_lse(const Params& p, i64 i) {
+    check_index(i, p.ws_lse_size);
+    return p.ws_lse[i];
+}
+__device__ __forceinline__ void st_ws_lse(const Params& p, i64 i, float x) {
+    check_index(i, p.ws_lse_size);
+    p.ws_lse[i] = x;
+}
+
+// One request as the kernels see it.
+struct Req {
+    i64 q_start, q_len, kv_len;
+    __device__ __forceinline__ i64 prefix() const { return kv_len - q_len; }
+};
+__device__ __forceinline__ Req load_req(const Params& p, i64 b) {
+    Req r;
+    r.q_start = ld_cu(p, b);
+    r.q_len = ld_cu(p, b + 1) - r.q_start;
+    r.kv_len = ld_seqk(p, b);
+    return r;
+}
+
+// First key a query at absolute position `pos` may see (window), for CTA key ranges.
+__device__ __forceinline__ i64 first_visible(const Params& p, i64 pos) {
+    return p.window_left >= 0 ? imax(0, pos - p.window_left) : 0;
+}
+
+// Thread -> (virtual row, lane). A lane owns dims lane, lane + LANES, ...: the LANES threads of
+// a row read consecutive shared-memory words (no bank conflict) and rows broadcast.
+struct Slot {
+    int vr, lane;
+};
+__device__ __forceinline__ Slot thread_slot() {
+    Slot s;
+    s.vr = threadIdx.x / LANES;
+    s.lane = threadIdx.x % LANES;
+    return s;
+}
+
+template <class T>
+__device__ __forceinline__ void load_q_row(const Params& p, bool valid, i64 t, i64 h, int lane, float (&q)[DIMS_PER_LANE]) {
+    const i64 base = (t * p.H + h) * HEAD_DIM;
+#pragma unroll
+    for (int k = 0; k < DIMS_PER_LANE; ++k) q[k] = valid ? ld_q<T>(p, base + k * LANES + lane) : 0.f;
+}
+
+// Stage keys [j0, j0 + KCHUNK) of request b, KV head kvh into shared memory as fp32. Keys outside
+// [lo, hi) are neither read nor used: they become zeros, so garbage (NaN) in pages nobody may read
+// never reaches the arithmetic. Every thread of the CTA must call this (THREADS == HEAD_DIM).
+template <class T>
+__device__ __forceinline__ void load_kv_chunk(const Params& p, i64 b, i64 kvh, i64 j0, i64 lo, i64 hi,
+                                              float (*sk)[HEAD_DIM], float (*sv)[HEAD_DIM]) {
+    const int c = threadIdx.x;
+    for (int jj = 0; jj < KCHUNK; ++jj) {
+        const i64 j = j0 + jj;
+        float kx = 0.f, vx = 0.f;
+        if (j >= lo && j < hi) {
+            const i64 block = ld_block(p, b * p.bt_stride + j / p.page_size);
+            const i64 slot = j % p.page_size;
+            kx = ld_kv<T>(p, p.k_off + block * p.k_block + slot * p.k_slot + kvh * p.k_head + c);
+            vx = ld_kv<T>(p, p.v_off + block * p.v_block + slot * p.v_slot + kvh * p.v_head + c);
+        }
+        sk[jj][c] = kx;
+        sv[jj][c] = vx;
+    }
+}
+
+// s[jj] = dot(q, K[jj]) for the chunk, reduced over the LANES threads of a row (all lanes end
+// with the same bits). Every thread must call this (warp shuffles).
+__device__ __forceinline__ void chunk_dots(const float (&q)[DIMS_PER_LANE], const float (*sk)[HEAD_DIM], int lane,
+                                           float (&s)[KCHUNK]) {
+#pragma unroll
+    for (int jj = 0; jj < KCHUNK; ++jj) {
+        float acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; ++k) acc = fmaf(q[k], sk[jj][k * LANES + lane], acc);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        s[jj] = acc;
+    }
+}
+
+// Online softmax state of one virtual row (fp32): running max m, running sum l, unnormalised o.
+struct Softmax {
+    float m, l;
+    float o[DIMS_PER_LANE];
+    __device__ __forceinline__ void init() {
+        m = neg_inf();
+        l = 0.f;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; ++k) o[k] = 0.f;
+    }
+    // Fold in one chunk of final scores (-inf = not visible).
+    __device__ __forceinline__ void update(const float (&s)[KCHUNK], const float (*sv)[HEAD_DIM], int lane) {
+        float mx = neg_inf();
+#pragma unroll
+        for (int jj = 0; jj < KCHUNK; ++jj) mx = fmaxf(mx, s[jj]);
+        if (mx == neg_inf()) return;  // nothing visible here: exp(-inf - -inf) would be NaN
+        const float m_new = fmaxf(m, mx);
+        const float alpha = expf(m - m_new);
+        l *= alpha;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; ++k) o[k] *= alpha;
+#pragma unroll
+        for (int jj = 0; jj < KCHUNK; ++jj) {
+            const float pj = expf(s[jj] - m_new);
+            l += pj;
+#pragma unroll
+            for (int k = 0; k < DIMS_PER_LANE; ++k) o[k] = fmaf(pj, sv[jj][k * LANES + lane], o[k]);
+        }
+        m = m_new;
+    }
+    // Final output of a row; l == 0 (a real row that saw nothing) gives NaN on purpose.
+    template <class T> __device__ __forceinline__ void store_out(const Params& p, i64 t, i64 h, int lane) const {
+        const i64 base = (t * p.H + h) * HEAD_DIM;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; ++k) st_out<T>(p, base + k * LANES + lane, o[k] / l);
+    }
+    // Partial of split s: normalised output and log-sum-exp (-inf and zeros if the row saw nothing).
+    __device__ __forceinline__ void store_partial(const Params& p, i64 s, i64 t, i64 h, int lane) const {
+        const i64 row = (s * p.T + t) * p.H + h;
+        const bool any = l > 0.f;
+#pragma unroll
+        for (int k = 0; k < DIMS_PER_LANE; ++k) st_ws_o(p, row * HEAD_DIM + k * LANES + lane, any ? o[k] / l : 0.f);
+        if (lane == 0) st_ws_lse(p, row, any ? m + logf(l) : neg_inf());
+    }
+};
+
+// The request owning real row t: the largest b with cu[b] <= t (zero-length requests before it
+// share its cu value and are skipped by taking the largest).
+__device__ __forceinline__ i64 request_of_row(const Params& p, i64 t) {
+    i64 lo = 0, hi = p.B - 1;
+    while (lo < hi) {
+        const i64 mid = (lo + hi + 1) / 2;
+        if (ld_cu(p, mid) <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Merge the partials of one (row, head) over the splits `nonempty(s)` says were written, by LSE.
+// One thread per output dim. Splits that are empty were never written and are never read.
+template <class T, class NonEmpty>
+__device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEmpty nonempty) {
+    const int c = threadIdx.x;
+    float m = neg_inf();
+    for (i64 s = 0; s < p.num_splits; ++s)
+        if (nonempty(s)) m = fmaxf(m, ld_ws_lse(p, (s * p.T + t) * p.H + h));
+    float acc = 0.f, wsum = 0.f;
+    for (i64 s = 0; s < p.num_splits; ++s) {
+        if (!nonempty(s)) continue;
+        const i64 row = (s * p.T + t) * p.H + h;
+        const float w = MUTANT(5) ? 1.f : expf(ld_ws_lse(p, row) - m);
+        acc = fmaf(w, ld_ws_o(p, row * HEAD_DIM + c), acc);
+        wsum += w;
+    }
+    st_out<T>(p, (t * p.H + h) * HEAD_DIM + c, acc / wsum);
+}
+
+#define RELATTN_ENTRY(name, fn, T) \
+    extern "C" __global__ void __launch_bounds__(THREADS) name(Params p) { fn<T>(p); }

@@ -1,0 +1,132 @@
+//! The policies of SPEC section 4, exactly as written there. Every function is total: sizes a
+//! user mistypes (zero heads, huge lengths) give a defined answer instead of a panic, and callers
+//! that take user input validate the shape first (`Shape::validate`).
+
+use super::{ArchRow, Outcome, Shape};
+use serde::Serialize;
+
+/// `bucket_max_seqlen_q(n) = 1 << bit_length(max(0, n - 1))` (SPEC 4.4): the smallest power of two
+/// not below `n` (1 for 0 and 1). Past 2^63 no power of two fits a `usize`; it saturates there.
+pub fn bucket_max_seqlen_q(n: usize) -> usize {
+    let bit_length = usize::BITS - n.saturating_sub(1).leading_zeros();
+    1usize.checked_shl(bit_length).unwrap_or(usize::MAX)
+}
+
+fn ceil_div(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+/// `num_splits` of the main kernel (SPEC 4.1). Takes the raw max query length and buckets it.
+/// 1 on rejected rows, on rows without `split_kv`, and on local layers.
+pub fn num_splits(row: &ArchRow, shape: &Shape) -> usize {
+    if !matches!(row.outcome, Outcome::Route(_)) || !row.split_kv || shape.is_local {
+        return 1;
+    }
+    let group = shape.num_heads.checked_div(shape.num_kv_heads).unwrap_or(0);
+    let q_rows = bucket_max_seqlen_q(shape.max_query_len).saturating_mul(group);
+    let q_tiles = ceil_div(q_rows, 256);
+    let base_ctas = shape
+        .batch
+        .saturating_mul(shape.num_kv_heads)
+        .saturating_mul(q_tiles);
+    let single = q_tiles == 1 && shape.batch == 1;
+    let target: usize = if single {
+        256
+    } else if q_tiles == 1 {
+        128
+    } else {
+        64
+    };
+    let mut max_split = 128;
+    if single {
+        if shape.num_kv_heads == 8 {
+            max_split = 16;
+        } else if shape.num_kv_heads == 4 || shape.max_kv_len <= 8192 {
+            max_split = 32;
+        } else if shape.max_kv_len <= 65536 {
+            max_split = 64;
+        }
+    }
+    // A zero-size shape has no CTAs; it is invalid input, and the answer only has to stay >= 1.
+    let per_cta = target.checked_div(base_ctas).unwrap_or(target);
+    per_cta
+        .min(max_split)
+        .min(ceil_div(shape.max_kv_len, 128))
+        .max(1)
+}
+
+/// Whether the fallback path uses its two-stage split-KV decode kernel (SPEC 4.3).
+/// `window_left` is -1 on global layers.
+pub fn use_split_kv_decode(
+    max_query_len: usize,
+    max_kv_len: usize,
+    page_size: usize,
+    window_left: i64,
+    enabled: bool,
+) -> bool {
+    if !enabled || max_query_len != 1 {
+        return false;
+    }
+    if max_kv_len >= 8192 || page_size >= 64 {
+        return true;
+    }
+    if window_left >= 0 {
+        return page_size >= 32;
+    }
+    false
+}
+
+/// The number of visible keys of a request: all `kv_len` keys, or the window on local layers.
+fn visible_len(kv_len: usize, window_left: i64) -> usize {
+    match usize::try_from(window_left) {
+        Ok(w) => kv_len.min(w.saturating_add(1)),
+        Err(_) => kv_len,
+    }
+}
+
+/// Splits of the two-stage decode kernel (SPEC 4.3): at most 4 on windowed layers (one per 128
+/// visible keys), at most 32 on global ones (one per 2048 keys).
+pub fn decode_split_count(max_kv_len: usize, window_left: i64) -> usize {
+    if window_left >= 0 {
+        ceil_div(visible_len(max_kv_len, window_left), 128).clamp(1, 4)
+    } else {
+        ceil_div(max_kv_len.max(1), 2048).clamp(1, 32)
+    }
+}
+
+/// One split of one request: absolute key indices `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SplitRange {
+    pub index: usize,
+    pub start: usize,
+    pub end: usize,
+    /// The split holds no key: the kernel must neither write nor the merge read its partials.
+    /// Empty splits are reported with `start == end == kv_len`.
+    pub empty: bool,
+}
+
+/// The key ranges of a request with `kv_len` keys cut into `splits` splits (SPEC 4.3):
+/// `eff` visible keys starting at `kv_offset = kv_len - eff`, `split_len = ceil(ceil(eff / S) / 32)
+/// * 32`. Non-empty splits come first and partition `[kv_offset, kv_len)`; the rest are empty.
+/// `splits == 0` gives no ranges.
+pub fn decode_split_ranges(kv_len: usize, window_left: i64, splits: usize) -> Vec<SplitRange> {
+    if splits == 0 {
+        return Vec::new();
+    }
+    let eff = visible_len(kv_len, window_left);
+    let kv_offset = kv_len - eff;
+    let split_len = ceil_div(ceil_div(eff, splits), 32).saturating_mul(32);
+    (0..splits)
+        .map(|s| {
+            let first = s.saturating_mul(split_len);
+            let last = (s + 1).saturating_mul(split_len);
+            let empty = first >= eff;
+            SplitRange {
+                index: s,
+                start: kv_offset + first.min(eff),
+                end: kv_offset + last.min(eff),
+                empty,
+            }
+        })
+        .collect()
+}

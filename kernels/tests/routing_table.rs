@@ -1,0 +1,192 @@
+//! The routing table against SPEC section 3, written out by hand here (not derived from the
+//! table under test), plus the capability and path-id values and each path's constraints.
+
+use relattn_kernels::routing::{
+    check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathId, Shape,
+};
+
+/// (cc, path or None for rejected, paged_kv_forward, split_kv, split_kv_decode, sheared_bias)
+const EXPECTED: [((u32, u32), Option<&str>, bool, bool, bool, bool); 12] = [
+    // Below SM80: rejected, nothing available.
+    ((7, 0), None, false, false, false, false),
+    ((7, 5), None, false, false, false, false),
+    // Ampere/Ada: fallback, paged, no main split-KV, two-stage decode.
+    ((8, 0), Some("fallback"), true, false, true, false),
+    ((8, 6), Some("fallback"), true, false, true, false),
+    ((8, 7), Some("fallback"), true, false, true, false),
+    ((8, 9), Some("fallback"), true, false, true, false),
+    // Hopper: score_mod, paged, no split-KV at all.
+    ((9, 0), Some("score_mod"), true, false, false, false),
+    // Blackwell datacenter: sheared_bias with split-KV.
+    ((10, 0), Some("sheared_bias"), true, true, false, true),
+    ((10, 3), Some("sheared_bias"), true, true, false, true),
+    ((11, 0), Some("sheared_bias"), true, true, false, true),
+    // SM12x: rejected, no paged-KV forward.
+    ((12, 0), None, false, false, false, false),
+    ((12, 1), None, false, false, false, false),
+];
+
+#[test]
+fn every_row_matches_spec_section_3() {
+    assert_eq!(table().len(), EXPECTED.len(), "table rows");
+    for ((major, minor), path, paged, split, decode, sheared) in EXPECTED {
+        let cc = Capability::new(major, minor);
+        let row = lookup(cc).unwrap_or_else(|| panic!("no row for {cc}"));
+        assert_eq!(row.cc, cc);
+        let got_path = match row.outcome {
+            Outcome::Route(p) => Some(p.as_str()),
+            Outcome::Reject(_) => None,
+        };
+        assert_eq!(got_path, path, "path of {cc}");
+        assert_eq!(row.paged_kv_forward, paged, "paged_kv_forward of {cc}");
+        assert_eq!(row.split_kv, split, "split_kv of {cc}");
+        assert_eq!(row.split_kv_decode, decode, "split_kv_decode of {cc}");
+        assert_eq!(row.sheared_bias, sheared, "sheared_bias of {cc}");
+        assert_eq!(route(cc).ok().map(|p| p.as_str()), path, "route of {cc}");
+    }
+}
+
+#[test]
+fn families_are_named() {
+    let family = |major, minor| lookup(Capability::new(major, minor)).unwrap().family;
+    assert_eq!(family(7, 0), "Volta");
+    assert_eq!(family(8, 0), "Ampere");
+    assert_eq!(family(8, 9), "Ada");
+    assert_eq!(family(9, 0), "Hopper");
+    assert!(family(10, 0).starts_with("Blackwell"));
+    assert!(family(12, 1).starts_with("Blackwell"));
+    assert_ne!(family(10, 0), family(12, 1), "SM12x is a different family from SM10x");
+}
+
+#[test]
+fn sm12x_rejection_says_why() {
+    for minor in [0, 1] {
+        let cc = Capability::new(12, minor);
+        let err = route(cc).unwrap_err();
+        assert!(err.reason.contains("FA4"), "{err}");
+        assert!(err.reason.contains("no paged-KV forward"), "{err}");
+        assert!(err.to_string().contains(&format!("SM 12.{minor}")), "{err}");
+    }
+}
+
+#[test]
+fn pre_ampere_rejection_says_why() {
+    for cc in [Capability::new(7, 0), Capability::new(7, 5)] {
+        let err = route(cc).unwrap_err();
+        assert!(err.reason.contains("SM80"), "{err}");
+    }
+}
+
+#[test]
+fn unknown_capabilities_have_no_route() {
+    for (major, minor, text) in [(6, 0, "6.0"), (13, 0, "13.0"), (10, 1, "10.1"), (9, 9, "9.9")] {
+        let cc = Capability::new(major, minor);
+        assert!(lookup(cc).is_none(), "{cc} must not be in the table");
+        let err = route(cc).unwrap_err();
+        assert_eq!(err.reason, format!("no route for SM {text}"));
+        let shape = Shape {
+            batch: 1,
+            max_query_len: 1,
+            num_heads: 8,
+            num_kv_heads: 1,
+            max_kv_len: 1 << 20,
+            page_size: 16,
+            window_left: -1,
+            is_local: false,
+        };
+        let d = decide(cc, &shape);
+        assert!(d.rejected);
+        assert_eq!(d.path, None);
+        assert_eq!(d.reason.as_deref(), Some(format!("no route for SM {text}").as_str()));
+        assert_eq!(d.num_splits, None);
+        assert_eq!(d.decode_splits, None);
+        assert!(!d.split_kv_decode);
+    }
+}
+
+#[test]
+fn capability_parses_displays_and_serialises_as_text() {
+    let cases = [
+        ("9.0", (9, 0)),
+        ("12.1", (12, 1)),
+        ("90", (9, 0)),
+        ("121", (12, 1)),
+        ("100", (10, 0)),
+        ("sm_90", (9, 0)),
+        ("sm_121", (12, 1)),
+        ("SM103", (10, 3)),
+        (" 8.6 ", (8, 6)),
+    ];
+    for (text, (major, minor)) in cases {
+        let cc: Capability = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(cc, Capability::new(major, minor), "{text}");
+    }
+    for bad in ["", "9", "9.", ".0", "x.y", "9.0.1", "-9.0", "sm_", "9,0", "99999.0"] {
+        assert!(bad.parse::<Capability>().is_err(), "{bad:?} must not parse");
+    }
+    assert_eq!(Capability::new(12, 1).to_string(), "12.1");
+    assert_eq!(Capability::new(9, 0).sm_name(), "sm_90");
+    assert_eq!(serde_json::to_string(&Capability::new(9, 0)).unwrap(), "\"9.0\"");
+    let back: Capability = serde_json::from_str("\"10.3\"").unwrap();
+    assert_eq!(back, Capability::new(10, 3));
+    assert!(serde_json::from_str::<Capability>("9.0").is_err(), "a number is not a capability");
+}
+
+#[test]
+fn path_ids_round_trip() {
+    let names = ["sheared_bias", "score_mod", "fallback"];
+    assert_eq!(PathId::ALL.map(|p| p.as_str()), names);
+    for (p, name) in PathId::ALL.into_iter().zip(names) {
+        assert_eq!(p.to_string(), name);
+        assert_eq!(name.parse::<PathId>().unwrap(), p);
+        assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{name}\""));
+        assert_eq!(serde_json::from_str::<PathId>(&format!("\"{name}\"")).unwrap(), p);
+    }
+    assert!("Fallback".parse::<PathId>().is_err());
+    assert!("flash".parse::<PathId>().is_err());
+}
+
+#[test]
+fn path_specs_are_the_spec_constraints() {
+    // (path, main split-KV, decode kernel, E % 128, window + 1 == E, max splits)
+    let expected = [
+        (PathId::ShearedBias, true, false, true, true, 128),
+        (PathId::ScoreMod, false, false, false, false, 1),
+        (PathId::Fallback, false, true, false, false, 32),
+    ];
+    for (path, main, decode, e128, window, max) in expected {
+        let s = path_spec(path);
+        assert_eq!(s.path, path);
+        assert_eq!(
+            (s.main_split_kv, s.split_kv_decode, s.requires_extent_multiple_of_128),
+            (main, decode, e128),
+            "{path}"
+        );
+        assert_eq!(s.requires_window_equals_extent, window, "{path}");
+        assert_eq!(s.max_splits, max, "{path}");
+    }
+}
+
+#[test]
+fn check_path_says_why_a_case_does_not_fit() {
+    use PathId::*;
+    // Model layers fit every path without splits.
+    for path in PathId::ALL {
+        assert_eq!(check_path(path, 1024, -1, 1), Ok(()), "{path} global");
+        assert_eq!(check_path(path, 512, 511, 1), Ok(()), "{path} local");
+    }
+    assert_eq!(check_path(ShearedBias, 1024, -1, 128), Ok(()));
+    assert_eq!(check_path(Fallback, 1024, -1, 32), Ok(()));
+    let err = |path, e, w, s| check_path(path, e, w, s).unwrap_err();
+    assert!(err(ScoreMod, 1024, -1, 2).contains("no split-KV"));
+    assert!(err(ShearedBias, 1000, -1, 1).contains("multiple of 128"));
+    assert!(err(ShearedBias, 512, 255, 1).contains("window_left + 1 == rel_extent"));
+    assert!(err(ShearedBias, 1024, -1, 129).contains("at most 128"));
+    assert!(err(Fallback, 1024, -1, 33).contains("at most 32"));
+    assert!(err(Fallback, 1024, -1, 0).contains("num_splits >= 1"));
+    assert!(err(Fallback, 0, -1, 1).contains("rel_extent >= 1"));
+    assert!(err(Fallback, 1024, -2, 1).contains("window_left"));
+    // Paths without the sheared layout take any extent and any window.
+    assert_eq!(check_path(ScoreMod, 1000, 255, 1), Ok(()));
+    assert_eq!(check_path(Fallback, 1000, 255, 4), Ok(()));
+}

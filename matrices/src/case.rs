@@ -1,0 +1,230 @@
+//! `Case`: one generated problem of a matrix, with its trials' split settings, tolerance and
+//! the paths (or split settings) that are excluded for it.
+
+use crate::layer::Layer;
+use crate::split::SplitSetting;
+use crate::tolerance::Tolerance;
+use crate::PATHS;
+use relattn_reference::{BiasMode, GenSpec, PageMode};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Hex digits of a case id: 40 bits, so a 20,000-case tier has a collision chance near 2e-4
+/// (and `expand` reports one rather than merging two cases).
+pub const ID_LEN: usize = 10;
+
+/// One case of a matrix: everything needed to generate it, run its trials and judge them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Case {
+    /// Hash of the canonical parameters and seed (`canonical_form`).
+    pub id: String,
+    /// `layer::heads[::dD]::pageP::layout::dtype::mix::bias::seedN[::extras]`, without the id;
+    /// regression cases start with their bug class.
+    pub name: String,
+    pub tier: String,
+    pub mix: String,
+    pub spec: GenSpec,
+    /// Each GPU path runs one trial per setting.
+    pub splits: Vec<SplitSetting>,
+    /// Long cases: how many query rows the reference checks (`None`: all rows).
+    pub sample_rows: Option<usize>,
+    pub tolerance: Tolerance,
+    /// Paths that cannot take this case at all, with the reason.
+    pub excluded: BTreeMap<String, String>,
+    /// Split settings a path cannot take for this case, with the reason.
+    pub excluded_splits: BTreeMap<String, BTreeMap<SplitSetting, String>>,
+    /// The bug class (SPEC section 5) a regression case stands for.
+    pub regression: Option<String>,
+}
+
+/// One (path, split) trial of a case and, when it cannot run, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrialPlan {
+    pub path: &'static str,
+    pub split: SplitSetting,
+    pub name: String,
+    pub skip: Option<String>,
+}
+
+impl Case {
+    pub fn layer(&self) -> Layer {
+        Layer { extent: self.spec.rel_extent, window_left: self.spec.window_left }
+    }
+
+    pub fn is_local(&self) -> bool {
+        self.spec.window_left >= 0
+    }
+
+    pub fn batch(&self) -> usize {
+        self.spec.requests.len()
+    }
+
+    /// `cu_seqlens_q[B]`.
+    pub fn real_rows(&self) -> usize {
+        self.spec.requests.iter().map(|r| r.0).sum()
+    }
+
+    /// `T`: real and padding rows.
+    pub fn total_rows(&self) -> usize {
+        self.real_rows() + self.spec.padding_rows
+    }
+
+    pub fn max_query_len(&self) -> usize {
+        self.spec.requests.iter().map(|r| r.0).max().unwrap_or(0)
+    }
+
+    pub fn max_kv_len(&self) -> usize {
+        self.spec.requests.iter().map(|r| r.1).max().unwrap_or(0)
+    }
+
+    /// Every request has `Lq <= 1` (what the fallback's split-KV decode kernel takes).
+    pub fn is_decode_only(&self) -> bool {
+        self.spec.requests.iter().all(|r| r.0 <= 1)
+    }
+
+    /// Visible (query, key) pairs over all real rows, per head (causal, window on local layers).
+    pub fn visible_pairs(&self) -> u64 {
+        let window = self.spec.window_left;
+        let mut pairs = 0u64;
+        for &(q_len, kv_len) in &self.spec.requests {
+            let prefix = kv_len.saturating_sub(q_len) as u64;
+            for i in 0..q_len as u64 {
+                let last = prefix + i;
+                pairs += if window >= 0 { last.min(window as u64) + 1 } else { last + 1 };
+            }
+        }
+        pairs
+    }
+
+    /// Work of one full evaluation in FLOP: 4 x visible pairs x D x H (as `Problem::flops`),
+    /// computed from the spec without generating anything.
+    pub fn flops(&self) -> f64 {
+        4.0 * self.visible_pairs() as f64 * self.spec.head_dim as f64 * self.spec.num_heads as f64
+    }
+
+    /// Elements of the K/V cache buffer (both K and V), as `generate` allocates it.
+    pub fn cache_elements(&self) -> u64 {
+        let page = self.spec.page_size.max(1);
+        let pages: usize = self.spec.requests.iter().map(|r| r.1.div_ceil(page)).sum();
+        let blocks = match self.spec.pages {
+            PageMode::Shuffled => 1 + pages + self.spec.spare_pages,
+            PageMode::AllZero => 1 + self.spec.spare_pages,
+        };
+        2 * (blocks * page * self.spec.num_kv_heads * self.spec.head_dim) as u64
+    }
+
+    /// The trial name of (path, split): `gpu::{path}::{name}::{split}::{id}`.
+    pub fn trial_name(&self, path: &str, split: SplitSetting) -> String {
+        format!("gpu::{path}::{}::{split}::{}", self.name, self.id)
+    }
+
+    /// Why `path` cannot run this case with `split`, if it cannot.
+    pub fn exclusion(&self, path: &str, split: SplitSetting) -> Option<&str> {
+        if let Some(reason) = self.excluded.get(path) {
+            return Some(reason);
+        }
+        self.excluded_splits.get(path).and_then(|m| m.get(&split)).map(String::as_str)
+    }
+
+    /// Every (path, split) trial of this case, in path then split order, runnable or not.
+    pub fn trials(&self) -> Vec<TrialPlan> {
+        let mut out = Vec::with_capacity(PATHS.len() * self.splits.len());
+        for path in PATHS {
+            for &split in &self.splits {
+                out.push(TrialPlan {
+                    path,
+                    split,
+                    name: self.trial_name(path, split),
+                    skip: self.exclusion(path, split).map(str::to_string),
+                });
+            }
+        }
+        out
+    }
+
+    /// The parameters as (column, value) pairs, for report columns and listings.
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let s = &self.spec;
+        let splits: Vec<String> = self.splits.iter().map(|x| x.to_string()).collect();
+        vec![
+            ("tier", self.tier.clone()),
+            ("layer", self.layer().to_string()),
+            ("rel_extent", s.rel_extent.to_string()),
+            ("window_left", s.window_left.to_string()),
+            ("num_heads", s.num_heads.to_string()),
+            ("num_kv_heads", s.num_kv_heads.to_string()),
+            ("head_dim", s.head_dim.to_string()),
+            ("page_size", s.page_size.to_string()),
+            ("layout", s.layout.name().to_string()),
+            ("dtype", s.dtype.name().to_string()),
+            ("mix", self.mix.clone()),
+            ("bias", bias_name(s.bias).to_string()),
+            ("batch", self.batch().to_string()),
+            ("max_query_len", self.max_query_len().to_string()),
+            ("max_kv_len", self.max_kv_len().to_string()),
+            ("padding_rows", s.padding_rows.to_string()),
+            ("splits", splits.join(" ")),
+            ("sample_rows", self.sample_rows.map_or(String::new(), |n| n.to_string())),
+            ("regression", self.regression.clone().unwrap_or_default()),
+        ]
+    }
+}
+
+pub(crate) fn bias_name(bias: BiasMode) -> &'static str {
+    match bias {
+        BiasMode::Normal => "normal",
+        BiasMode::Distinct => "distinct",
+        BiasMode::Zero => "zero",
+    }
+}
+
+fn pages_name(pages: PageMode) -> &'static str {
+    match pages {
+        PageMode::Shuffled => "shuffled",
+        PageMode::AllZero => "all_zero",
+    }
+}
+
+/// The text a case id hashes: every field of the spec, in a fixed order, as integers, names
+/// and the bit pattern of the scale, so it does not depend on map order, float formatting or
+/// the platform. `sample_rows` is included (it changes what is judged); split settings,
+/// tolerances and exclusions are not: they say how the case is run, not what it is.
+///
+/// Changing this text changes every id (and breaks baselines keyed by id): bump the `v1`.
+pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
+    let mut s = String::from("relattn-case-v1");
+    let requests: Vec<String> = spec.requests.iter().map(|(q, k)| format!("{q}:{k}")).collect();
+    let _ = write!(
+        s,
+        ";dtype={};h={};hkv={};d={};e={};w={};scale={:016x};page={};layout={};requests={};\
+         padding={};bias={};pages={};spare={};poison={};seed={};sample={}",
+        spec.dtype.name(),
+        spec.num_heads,
+        spec.num_kv_heads,
+        spec.head_dim,
+        spec.rel_extent,
+        spec.window_left,
+        spec.softmax_scale.to_bits(),
+        spec.page_size,
+        spec.layout.name(),
+        requests.join(","),
+        spec.padding_rows,
+        bias_name(spec.bias),
+        pages_name(spec.pages),
+        spec.spare_pages,
+        u8::from(spec.poison),
+        spec.seed,
+        sample_rows.map_or("all".to_string(), |n| n.to_string()),
+    );
+    s
+}
+
+/// The first `ID_LEN` hex digits of the SHA-256 of the canonical form.
+pub fn case_id(spec: &GenSpec, sample_rows: Option<usize>) -> String {
+    let digest = Sha256::digest(canonical_form(spec, sample_rows).as_bytes());
+    let mut id = hex::encode(digest);
+    id.truncate(ID_LEN);
+    id
+}

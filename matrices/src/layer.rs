@@ -1,0 +1,71 @@
+//! Layer kinds: global (no window) or local (window `window_left`), each with its extent `E`.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A layer's `rel_extent` and window (`window_left = -1`: global).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Layer {
+    pub extent: usize,
+    pub window_left: i64,
+}
+
+impl Layer {
+    pub fn global(extent: usize) -> Layer {
+        Layer { extent, window_left: -1 }
+    }
+
+    /// The model's local layer: window `extent - 1`, so every visible key carries a bias.
+    pub fn local(extent: usize) -> Layer {
+        Layer { extent, window_left: extent as i64 - 1 }
+    }
+
+    pub fn is_local(&self) -> bool {
+        self.window_left >= 0
+    }
+
+    /// Keys a query can see at most (`None`: unbounded, global layer).
+    pub fn span(&self) -> Option<usize> {
+        (self.window_left >= 0).then(|| self.window_left as usize + 1)
+    }
+}
+
+/// `global_e1024`, `local_e512` (window 511), or `local_e512_w300` (any other window).
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.is_local() {
+            write!(f, "global_e{}", self.extent)
+        } else if self.window_left + 1 == self.extent as i64 {
+            write!(f, "local_e{}", self.extent)
+        } else {
+            write!(f, "local_e{}_w{}", self.extent, self.window_left)
+        }
+    }
+}
+
+impl FromStr for Layer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let usage = || {
+            format!(
+                "unknown layer `{s}` (expected global_e<E>, local_e<E> (window E - 1) or \
+                 local_e<E>_w<window>, e.g. global_e1024, local_e512)"
+            )
+        };
+        let number = |t: &str| t.parse::<usize>().map_err(|_| usage());
+        let layer = if let Some(rest) = s.strip_prefix("global_e") {
+            Layer::global(number(rest)?)
+        } else if let Some(rest) = s.strip_prefix("local_e") {
+            match rest.split_once("_w") {
+                Some((e, w)) => Layer { extent: number(e)?, window_left: number(w)? as i64 },
+                None => Layer::local(number(rest)?),
+            }
+        } else {
+            return Err(usage());
+        };
+        if layer.extent == 0 {
+            return Err("the extent E must be at least 1".to_string());
+        }
+        Ok(layer)
+    }
+}

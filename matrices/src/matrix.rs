@@ -1,0 +1,472 @@
+//! Matrix files: parsing, checking every value, and expansion into cases.
+
+use crate::case::{bias_name, case_id, canonical_form, Case};
+use crate::error::MatrixError;
+use crate::layer::Layer;
+use crate::mixes::{mix, Mix, MIXES};
+use crate::rules::Rules;
+use crate::split::SplitSetting;
+use crate::tolerance::{self, RawTolerance, Tolerances};
+use crate::{PATHS, REGRESSION_CLASSES};
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// A matrix file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMatrix {
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    tolerance: BTreeMap<String, RawTolerance>,
+    #[serde(default)]
+    group: Vec<RawGroup>,
+}
+
+/// A `[[group]]`: the cartesian product of its axes. Only `layers`, `heads` and `mixes` are
+/// required; the other axes default to the model's values.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    layers: Vec<String>,
+    heads: Vec<[usize; 2]>,
+    mixes: Vec<String>,
+    #[serde(default = "default_head_dims")]
+    head_dims: Vec<usize>,
+    #[serde(default = "default_page_sizes")]
+    page_sizes: Vec<usize>,
+    #[serde(default = "default_layouts")]
+    layouts: Vec<String>,
+    #[serde(default = "default_dtypes")]
+    dtypes: Vec<String>,
+    #[serde(default = "default_splits")]
+    splits: Vec<RawSplit>,
+    #[serde(default = "default_seeds")]
+    seeds: Vec<u64>,
+    #[serde(default = "default_bias")]
+    bias: Vec<String>,
+    /// Unused blocks and block-table slack past the last needed page.
+    spare_pages: Option<usize>,
+    /// NaN in every cache slot no request may read (default true).
+    poison: Option<bool>,
+    /// Overrides the mix's sampled-row count.
+    sample_rows: Option<usize>,
+    /// `softmax_scale` (default 1 / head_dim, the model's).
+    scale: Option<f64>,
+    /// Marks the group's cases as the regression case of this bug class.
+    regression: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawSplit {
+    Count(i64),
+    Text(String),
+}
+
+fn default_head_dims() -> Vec<usize> {
+    vec![128]
+}
+fn default_page_sizes() -> Vec<usize> {
+    vec![16]
+}
+fn default_layouts() -> Vec<String> {
+    vec!["nhd_packed".into()]
+}
+fn default_dtypes() -> Vec<String> {
+    vec!["bf16".into()]
+}
+fn default_splits() -> Vec<RawSplit> {
+    vec![RawSplit::Text("policy".into())]
+}
+fn default_seeds() -> Vec<u64> {
+    vec![1]
+}
+fn default_bias() -> Vec<String> {
+    vec!["normal".into()]
+}
+
+/// A checked group.
+#[derive(Debug, Clone)]
+struct Group {
+    layers: Vec<Layer>,
+    heads: Vec<(usize, usize)>,
+    mixes: Vec<&'static Mix>,
+    head_dims: Vec<usize>,
+    page_sizes: Vec<usize>,
+    layouts: Vec<CacheLayout>,
+    dtypes: Vec<DType>,
+    splits: Vec<SplitSetting>,
+    seeds: Vec<u64>,
+    bias: Vec<BiasMode>,
+    spare_pages: usize,
+    poison: bool,
+    sample_rows: Option<usize>,
+    scale: Option<f64>,
+    regression: Option<String>,
+}
+
+/// A loaded, checked matrix (a tier or a user's file).
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    /// The tier name, or the file's stem.
+    pub name: String,
+    /// Where it came from (`tiers/smoke.toml`, or the path given), for messages.
+    pub origin: String,
+    pub description: String,
+    groups: Vec<Group>,
+    tolerances: Tolerances,
+    rules: Rules,
+}
+
+/// The cases of a matrix and every (case, path, split) trial that will not run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expansion {
+    pub cases: Vec<Case>,
+    pub skipped: Vec<Skip>,
+}
+
+/// A trial excluded by a rule of tiers/paths.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    pub case_id: String,
+    pub trial_name: String,
+    pub path: String,
+    pub split: SplitSetting,
+    pub reason: String,
+}
+
+impl Expansion {
+    /// Runnable trials per path (every path present, possibly 0).
+    pub fn trials_per_path(&self) -> BTreeMap<&'static str, usize> {
+        let mut out: BTreeMap<&'static str, usize> = PATHS.iter().map(|p| (*p, 0)).collect();
+        for case in &self.cases {
+            for t in case.trials() {
+                if t.skip.is_none() {
+                    *out.entry(t.path).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Matrix {
+    /// Parse and check a matrix; `name` becomes each case's `tier`, `origin` prefixes errors.
+    pub fn parse(text: &str, name: &str, origin: &str) -> Result<Matrix, MatrixError> {
+        let raw: RawMatrix = toml::from_str(text)
+            .map_err(|e| MatrixError::Parse { file: origin.to_string(), message: e.to_string() })?;
+        let tolerances = tolerance::apply(origin, tolerance::defaults()?, &raw.tolerance)?;
+        let mut groups = Vec::with_capacity(raw.group.len());
+        for (i, g) in raw.group.into_iter().enumerate() {
+            groups.push(check_group(origin, i + 1, g)?);
+        }
+        Ok(Matrix {
+            name: name.to_string(),
+            origin: origin.to_string(),
+            description: raw.description,
+            groups,
+            tolerances,
+            rules: Rules::builtin()?,
+        })
+    }
+
+    /// Every case of the matrix, in group order then axis order, and the skipped trials.
+    ///
+    /// Two groups that produce the same case (same id) give one case whose split settings are
+    /// the union of theirs; if they disagree on the regression class that is an error. Two
+    /// different cases with one id (a hash collision) are an error too.
+    pub fn expand(&self) -> Result<Expansion, MatrixError> {
+        let mut cases: Vec<Case> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for g in &self.groups {
+            for case in self.group_cases(g) {
+                let Some(&at) = index.get(&case.id) else {
+                    index.insert(case.id.clone(), cases.len());
+                    cases.push(case);
+                    continue;
+                };
+                let first = &mut cases[at];
+                let (a, b) = (&first.spec, &case.spec);
+                if canonical_form(a, first.sample_rows) != canonical_form(b, case.sample_rows) {
+                    return Err(MatrixError::IdCollision {
+                        file: self.origin.clone(),
+                        id: case.id,
+                        first: first.name.clone(),
+                        second: case.name,
+                    });
+                }
+                if first.regression != case.regression {
+                    let show = |r: &Option<String>| r.clone().unwrap_or_else(|| "none".into());
+                    return Err(MatrixError::ConflictingDuplicate {
+                        file: self.origin.clone(),
+                        id: case.id,
+                        what: "regression classes".into(),
+                        first: show(&first.regression),
+                        second: show(&case.regression),
+                    });
+                }
+                for s in case.splits {
+                    if !first.splits.contains(&s) {
+                        first.splits.push(s);
+                    }
+                }
+                self.rules.apply(first);
+            }
+        }
+        if cases.is_empty() {
+            return Err(MatrixError::Empty { file: self.origin.clone() });
+        }
+        let mut skipped = Vec::new();
+        for case in &cases {
+            for t in case.trials() {
+                if let Some(reason) = t.skip {
+                    skipped.push(Skip {
+                        case_id: case.id.clone(),
+                        trial_name: t.name,
+                        path: t.path.to_string(),
+                        split: t.split,
+                        reason,
+                    });
+                }
+            }
+        }
+        Ok(Expansion { cases, skipped })
+    }
+
+    /// The group's cartesian product; the last axis (seeds) varies fastest.
+    fn group_cases(&self, g: &Group) -> Vec<Case> {
+        let dims = [
+            g.layers.len(),
+            g.heads.len(),
+            g.head_dims.len(),
+            g.page_sizes.len(),
+            g.layouts.len(),
+            g.dtypes.len(),
+            g.mixes.len(),
+            g.bias.len(),
+            g.seeds.len(),
+        ];
+        let total: usize = dims.iter().product();
+        let mut out = Vec::with_capacity(total);
+        for n in 0..total {
+            let mut at = [0usize; 9];
+            let mut rest = n;
+            for k in (0..dims.len()).rev() {
+                at[k] = rest % dims[k];
+                rest /= dims[k];
+            }
+            let axes = Axes {
+                layer: g.layers[at[0]],
+                heads: g.heads[at[1]],
+                head_dim: g.head_dims[at[2]],
+                page: g.page_sizes[at[3]],
+                layout: g.layouts[at[4]],
+                dtype: g.dtypes[at[5]],
+                mix: g.mixes[at[6]],
+                bias: g.bias[at[7]],
+                seed: g.seeds[at[8]],
+            };
+            out.push(self.case(g, axes));
+        }
+        out
+    }
+
+    fn case(&self, g: &Group, a: Axes) -> Case {
+        let shape = a.mix.shape(a.layer);
+        let spec = GenSpec {
+            dtype: a.dtype,
+            num_heads: a.heads.0,
+            num_kv_heads: a.heads.1,
+            head_dim: a.head_dim,
+            rel_extent: a.layer.extent,
+            window_left: a.layer.window_left,
+            softmax_scale: g.scale.unwrap_or(1.0 / a.head_dim as f64),
+            page_size: a.page,
+            layout: a.layout,
+            requests: shape.requests,
+            padding_rows: shape.padding_rows,
+            bias: a.bias,
+            pages: shape.pages,
+            spare_pages: g.spare_pages,
+            poison: g.poison,
+            seed: a.seed,
+        };
+        let sample_rows = g.sample_rows.or(shape.sample_rows);
+        let mut name = String::new();
+        if let Some(class) = &g.regression {
+            name.push_str(class);
+            name.push_str("::");
+        }
+        name.push_str(&format!("{}::h{}_kv{}", a.layer, a.heads.0, a.heads.1));
+        if a.head_dim != 128 {
+            name.push_str(&format!("::d{}", a.head_dim));
+        }
+        name.push_str(&format!(
+            "::page{}::{}::{}::{}::{}::seed{}",
+            a.page,
+            a.layout.name(),
+            a.dtype.name(),
+            a.mix.name,
+            bias_name(a.bias),
+            a.seed
+        ));
+        // Group scalars away from their defaults, so names of different cases rarely collide.
+        if g.spare_pages != 1 {
+            name.push_str(&format!("::spare{}", g.spare_pages));
+        }
+        if !g.poison {
+            name.push_str("::no_poison");
+        }
+        if let Some(n) = g.sample_rows {
+            name.push_str(&format!("::sample{n}"));
+        }
+        if g.scale.is_some() {
+            name.push_str(&format!("::scale{}", spec.softmax_scale));
+        }
+        let mut case = Case {
+            id: case_id(&spec, sample_rows),
+            name,
+            tier: self.name.clone(),
+            mix: a.mix.name.to_string(),
+            tolerance: self.tolerances[&a.dtype],
+            spec,
+            splits: g.splits.clone(),
+            sample_rows,
+            excluded: BTreeMap::new(),
+            excluded_splits: BTreeMap::new(),
+            regression: g.regression.clone(),
+        };
+        self.rules.apply(&mut case);
+        case
+    }
+}
+
+/// One point of a group's product.
+struct Axes {
+    layer: Layer,
+    heads: (usize, usize),
+    head_dim: usize,
+    page: usize,
+    layout: CacheLayout,
+    dtype: DType,
+    mix: &'static Mix,
+    bias: BiasMode,
+    seed: u64,
+}
+
+fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group, MatrixError> {
+    let key = |k: &str| format!("[[group]] #{index}.{k}");
+    let bad = |k: &str, v: &dyn std::fmt::Display, reason: &str| {
+        MatrixError::bad(file, key(k), v, reason)
+    };
+    let non_empty = |k: &str, len: usize| {
+        if len == 0 {
+            Err(bad(k, &"[]", "an empty axis expands to no cases; list at least one value"))
+        } else {
+            Ok(())
+        }
+    };
+    non_empty("layers", g.layers.len())?;
+    non_empty("heads", g.heads.len())?;
+    non_empty("mixes", g.mixes.len())?;
+    non_empty("head_dims", g.head_dims.len())?;
+    non_empty("page_sizes", g.page_sizes.len())?;
+    non_empty("layouts", g.layouts.len())?;
+    non_empty("dtypes", g.dtypes.len())?;
+    non_empty("splits", g.splits.len())?;
+    non_empty("seeds", g.seeds.len())?;
+    non_empty("bias", g.bias.len())?;
+
+    let quoted = |s: &String| format!("{s:?}");
+    let mut layers = Vec::new();
+    for s in &g.layers {
+        layers.push(s.parse::<Layer>().map_err(|e| bad("layers", &quoted(s), &e))?);
+    }
+    for &[h, hkv] in &g.heads {
+        let v = format!("[{h}, {hkv}]");
+        if h == 0 || hkv == 0 || !h.is_multiple_of(hkv) {
+            return Err(bad("heads", &v, "H and Hkv must be positive and H a multiple of Hkv"));
+        }
+    }
+    let mut mixes = Vec::new();
+    for s in &g.mixes {
+        let names: Vec<&str> = MIXES.iter().map(|m| m.name).collect();
+        let reason = format!("unknown mix (known: {})", names.join(", "));
+        mixes.push(mix(s).ok_or_else(|| bad("mixes", &quoted(s), &reason))?);
+    }
+    for &d in &g.head_dims {
+        if d == 0 {
+            return Err(bad("head_dims", &d, "a head dim must be at least 1"));
+        }
+    }
+    for &p in &g.page_sizes {
+        if p == 0 {
+            return Err(bad("page_sizes", &p, "a page holds at least one token"));
+        }
+    }
+    let mut layouts = Vec::new();
+    for s in &g.layouts {
+        layouts.push(s.parse().map_err(|e: String| bad("layouts", &quoted(s), &e))?);
+    }
+    let mut dtypes = Vec::new();
+    for s in &g.dtypes {
+        dtypes.push(s.parse().map_err(|e: String| bad("dtypes", &quoted(s), &e))?);
+    }
+    let mut splits = Vec::new();
+    for s in &g.splits {
+        let parsed = match s {
+            RawSplit::Count(n) if *n >= 1 => Ok(SplitSetting::Forced(*n as usize)),
+            RawSplit::Count(n) => Err(bad("splits", n, "a forced split count must be at least 1")),
+            RawSplit::Text(t) => {
+                t.parse::<SplitSetting>().map_err(|e| bad("splits", &quoted(t), &e))
+            }
+        }?;
+        if !splits.contains(&parsed) {
+            splits.push(parsed);
+        }
+    }
+    let mut bias = Vec::new();
+    for s in &g.bias {
+        let mode = match s.as_str() {
+            "normal" => BiasMode::Normal,
+            "distinct" => BiasMode::Distinct,
+            "zero" => BiasMode::Zero,
+            _ => return Err(bad("bias", &quoted(s), "unknown bias mode (normal, distinct or zero)")),
+        };
+        bias.push(mode);
+    }
+    if g.sample_rows == Some(0) {
+        return Err(bad("sample_rows", &0, "sample at least one row"));
+    }
+    if let Some(s) = g.scale {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(bad("scale", &s, "the softmax scale must be a finite number > 0"));
+        }
+    }
+    if let Some(class) = &g.regression {
+        if !REGRESSION_CLASSES.iter().any(|(c, _)| c == class) {
+            let known: Vec<&str> = REGRESSION_CLASSES.iter().map(|(c, _)| *c).collect();
+            let reason = format!("unknown bug class (known: {})", known.join(", "));
+            return Err(bad("regression", &quoted(class), &reason));
+        }
+    }
+    Ok(Group {
+        layers,
+        heads: g.heads.iter().map(|&[h, k]| (h, k)).collect(),
+        mixes,
+        head_dims: g.head_dims,
+        page_sizes: g.page_sizes,
+        layouts,
+        dtypes,
+        splits,
+        seeds: g.seeds,
+        bias,
+        spare_pages: g.spare_pages.unwrap_or(1),
+        poison: g.poison.unwrap_or(true),
+        sample_rows: g.sample_rows,
+        scale: g.scale,
+        regression: g.regression,
+    })
+}

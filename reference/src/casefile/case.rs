@@ -1,0 +1,209 @@
+//! Case files: `write_case` and `read_case`.
+
+use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Reader};
+use super::{CaseFile, CaseFileError, CaseMeta, FORMAT_VERSION};
+use crate::problem::{CacheLayout, Problem, ProblemData};
+use ndarray::{Array2, Array3};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Write `problem` as a case file. The caches are stored contiguous `[num_blocks, page, Hkv, D]`
+/// whatever the problem's layout; `meta.cache_layout` records how GPU runs should place them.
+pub fn write_case(
+    path: impl AsRef<Path>,
+    problem: &Problem,
+    meta: &CaseMeta,
+) -> Result<(), CaseFileError> {
+    let path = path.as_ref();
+    let p = problem;
+    let (nb, page, hkv, d) = (p.num_blocks, p.page_size, p.num_kv_heads, p.head_dim);
+    let cache_shape = vec![nb, page, hkv, d];
+    let gather = |view: crate::problem::KvView| {
+        let mut out = Vec::with_capacity(nb * page * hkv * d);
+        for block in 0..nb {
+            for slot in 0..page {
+                for head in 0..hkv {
+                    let at = view.at(block, slot, head);
+                    out.extend_from_slice(&p.kv[at..at + d]);
+                }
+            }
+        }
+        out
+    };
+    let (keys, values) = (gather(p.k), gather(p.v));
+    let batch = p.seqused_k.len();
+    let tensors = vec![
+        (
+            "q",
+            float_tensor(p.q.iter().copied(), p.dtype, p.q.shape().to_vec()),
+        ),
+        (
+            "key_cache",
+            float_tensor(keys.into_iter(), p.dtype, cache_shape.clone()),
+        ),
+        (
+            "value_cache",
+            float_tensor(values.into_iter(), p.dtype, cache_shape),
+        ),
+        (
+            "rel_logits",
+            float_tensor(
+                p.rel_logits.iter().copied(),
+                p.dtype,
+                p.rel_logits.shape().to_vec(),
+            ),
+        ),
+        (
+            "block_table",
+            i32_tensor(
+                p.block_table.iter().copied(),
+                p.block_table.shape().to_vec(),
+            ),
+        ),
+        (
+            "seqused_k",
+            i32_tensor(p.seqused_k.iter().copied(), vec![batch]),
+        ),
+        (
+            "cu_seqlens_q",
+            i32_tensor(p.cu_seqlens_q.iter().copied(), vec![batch + 1]),
+        ),
+    ];
+    let mut metadata = HashMap::from([
+        ("format_version".to_string(), FORMAT_VERSION.to_string()),
+        // `{}` of an f64 prints the shortest decimal that parses back to the same value.
+        ("softmax_scale".to_string(), format!("{}", p.softmax_scale)),
+        ("rel_extent".to_string(), p.rel_extent.to_string()),
+        ("window_left".to_string(), p.window_left.to_string()),
+        ("causal".to_string(), "true".to_string()),
+        (
+            "cache_layout".to_string(),
+            meta.cache_layout.name().to_string(),
+        ),
+    ]);
+    if let Some(id) = &meta.case_id {
+        metadata.insert("case_id".into(), id.clone());
+    }
+    if let Some(seed) = meta.seed {
+        metadata.insert("seed".into(), seed.to_string());
+    }
+    write_file(path, tensors, metadata)
+}
+
+/// Read and validate a case file. The caches are placed in a buffer of the layout the file's
+/// `cache_layout` asks for (contiguous when absent).
+pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
+    let path = path.as_ref();
+    let bytes = read_bytes(path)?;
+    let r = Reader::new(path, &bytes)?;
+    let meta = read_meta(&r)?;
+
+    let causal = r.required_meta("causal")?;
+    if causal.trim() != "true" {
+        return Err(CaseFileError::BadMetadata {
+            path: r.path(),
+            key: "causal",
+            value: causal.to_string(),
+            expected: "\"true\" (the operator is causal only)",
+        });
+    }
+    let scale = r.required_meta("softmax_scale")?;
+    let softmax_scale: f64 = r.parse_meta("softmax_scale", scale, "a decimal number")?;
+    let extent = r.required_meta("rel_extent")?;
+    let rel_extent: usize = r.parse_meta("rel_extent", extent, "a non-negative integer")?;
+    let window = r.required_meta("window_left")?;
+    let window_left: i64 = r.parse_meta("window_left", window, "an integer (-1 = no window)")?;
+
+    let q = r.tensor("q", 3, "[T, H, D]")?;
+    let key_cache = r.tensor("key_cache", 4, "[num_blocks, page_size, Hkv, D]")?;
+    let value_cache = r.tensor("value_cache", 4, "[num_blocks, page_size, Hkv, D]")?;
+    let rel = r.tensor("rel_logits", 3, "[T, H, E]")?;
+    let block_table = r.tensor("block_table", 2, "[B, max_pages]")?;
+    let seqused_k = r.tensor("seqused_k", 1, "[B]")?;
+    let cu_seqlens_q = r.tensor("cu_seqlens_q", 1, "[B + 1]")?;
+
+    let dtype = r.case_dtype("q", &q)?;
+    let like_q = "`q`";
+    let q_values = r.floats("q", &q, dtype, like_q)?;
+    let k_values = r.floats("key_cache", &key_cache, dtype, like_q)?;
+    let v_values = r.floats("value_cache", &value_cache, dtype, like_q)?;
+    let rel_values = r.floats("rel_logits", &rel, dtype, like_q)?;
+    if value_cache.shape() != key_cache.shape() {
+        return Err(CaseFileError::Shape {
+            path: r.path(),
+            tensor: "value_cache",
+            actual: value_cache.shape().to_vec(),
+            expected: format!("{:?} (the shape of `key_cache`)", key_cache.shape()),
+        });
+    }
+
+    let (t, h, qd) = (q.shape()[0], q.shape()[1], q.shape()[2]);
+    let (rt, rh, re) = (rel.shape()[0], rel.shape()[1], rel.shape()[2]);
+    let cs = key_cache.shape();
+    let (num_blocks, page_size, num_kv_heads, head_dim) = (cs[0], cs[1], cs[2], cs[3]);
+    let (views_k, views_v, len) =
+        meta.cache_layout
+            .views(num_blocks, page_size, num_kv_heads, head_dim);
+    let mut kv = vec![0f32; len];
+    for block in 0..num_blocks {
+        for slot in 0..page_size {
+            for head in 0..num_kv_heads {
+                let src = ((block * page_size + slot) * num_kv_heads + head) * head_dim;
+                let (ka, va) = (views_k.at(block, slot, head), views_v.at(block, slot, head));
+                kv[ka..ka + head_dim].copy_from_slice(&k_values[src..src + head_dim]);
+                kv[va..va + head_dim].copy_from_slice(&v_values[src..src + head_dim]);
+            }
+        }
+    }
+
+    let shape_error = |tensor, actual: &[usize]| CaseFileError::Shape {
+        path: r.path(),
+        tensor,
+        actual: actual.to_vec(),
+        expected: "a shape matching its data".into(),
+    };
+    let table_shape = (block_table.shape()[0], block_table.shape()[1]);
+    let data = ProblemData {
+        dtype,
+        num_heads: h,
+        num_kv_heads,
+        head_dim,
+        rel_extent,
+        page_size,
+        num_blocks,
+        softmax_scale,
+        window_left,
+        q: Array3::from_shape_vec((t, h, qd), q_values).map_err(|_| shape_error("q", q.shape()))?,
+        rel_logits: Array3::from_shape_vec((rt, rh, re), rel_values)
+            .map_err(|_| shape_error("rel_logits", rel.shape()))?,
+        kv,
+        layout: meta.cache_layout,
+        k: views_k,
+        v: views_v,
+        block_table: Array2::from_shape_vec(table_shape, r.i32s("block_table", &block_table)?)
+            .map_err(|_| shape_error("block_table", block_table.shape()))?,
+        seqused_k: r.i32s("seqused_k", &seqused_k)?,
+        cu_seqlens_q: r.i32s("cu_seqlens_q", &cu_seqlens_q)?,
+    };
+    let problem = Problem::new(data).map_err(|source| CaseFileError::Problem {
+        path: r.path(),
+        source,
+    })?;
+    Ok(CaseFile { problem, meta })
+}
+
+fn read_meta(r: &Reader) -> Result<CaseMeta, CaseFileError> {
+    let seed = match r.meta("seed") {
+        Some(s) => Some(r.parse_meta("seed", s, "an unsigned 64-bit integer")?),
+        None => None,
+    };
+    let cache_layout = match r.meta("cache_layout") {
+        Some(s) => r.parse_meta("cache_layout", s, "contiguous, nhd_packed or hnd_packed")?,
+        None => CacheLayout::Contiguous,
+    };
+    Ok(CaseMeta {
+        case_id: r.meta("case_id").map(str::to_string),
+        seed,
+        cache_layout,
+    })
+}

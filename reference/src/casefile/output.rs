@@ -1,0 +1,148 @@
+//! Reference-output files: `write_output` and `read_output`.
+
+use super::tensors::{f64_tensor, float_tensor, i32_tensor, read_bytes, write_file, Reader};
+use super::{CaseFileError, OutputFile, FORMAT_VERSION};
+use crate::dtype::DType;
+use crate::output::RefOutput;
+use ndarray::{Array2, Array3};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Write the f64 reference (`out`, `lse`, and `rows` in sampled mode) and the same-precision
+/// emulation's output (`out_lp`, stored as `dtype`). Both must cover the same rows.
+pub fn write_output(
+    path: impl AsRef<Path>,
+    reference: &RefOutput,
+    emulation: &RefOutput,
+    dtype: DType,
+) -> Result<(), CaseFileError> {
+    let path = path.as_ref();
+    let mismatch = |what: String| CaseFileError::Mismatch {
+        path: path.to_path_buf(),
+        what,
+    };
+    if reference.rows != emulation.rows {
+        return Err(mismatch(
+            "the reference and the emulation cover different rows".into(),
+        ));
+    }
+    let shape = reference.out.shape().to_vec();
+    if emulation.out.shape() != shape.as_slice() {
+        return Err(mismatch(format!(
+            "emulation output shape {:?} differs from the reference's {shape:?}",
+            emulation.out.shape()
+        )));
+    }
+    if reference.lse.shape() != &shape[..2] {
+        return Err(mismatch(format!(
+            "lse shape {:?} does not match out shape {shape:?}",
+            reference.lse.shape()
+        )));
+    }
+    let mut tensors = vec![
+        (
+            "out",
+            f64_tensor(reference.out.iter().copied(), shape.clone()),
+        ),
+        (
+            "lse",
+            f64_tensor(reference.lse.iter().copied(), shape[..2].to_vec()),
+        ),
+        // The emulation's values are already values of `dtype`; the f32 step is exact.
+        (
+            "out_lp",
+            float_tensor(
+                emulation.out.iter().map(|&x| x as f32),
+                dtype,
+                shape.clone(),
+            ),
+        ),
+    ];
+    if let Some(rows) = &reference.rows {
+        if rows.len() != shape[0] {
+            return Err(mismatch(format!(
+                "{} rows listed for {} output rows",
+                rows.len(),
+                shape[0]
+            )));
+        }
+        let rows: Vec<i32> = rows
+            .iter()
+            .map(|&r| i32::try_from(r).map_err(|_| mismatch(format!("row {r} exceeds I32"))))
+            .collect::<Result<_, _>>()?;
+        tensors.push(("rows", i32_tensor(rows.into_iter(), vec![shape[0]])));
+    }
+    let metadata = HashMap::from([("format_version".to_string(), FORMAT_VERSION.to_string())]);
+    write_file(path, tensors, metadata)
+}
+
+/// Read an output file written by `write_output` (or any tool writing the same tensors).
+pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> {
+    let path = path.as_ref();
+    let bytes = read_bytes(path)?;
+    let r = Reader::new(path, &bytes)?;
+    let out = r.tensor("out", 3, "[N, H, D]")?;
+    let lse = r.tensor("lse", 2, "[N, H]")?;
+    let out_lp = r.tensor("out_lp", 3, "[N, H, D]")?;
+    // Dtypes first: a wrong dtype usually explains a wrong shape too.
+    let out_values = r.f64s("out", &out)?;
+    let lse_values = r.f64s("lse", &lse)?;
+    let dtype = r.case_dtype("out_lp", &out_lp)?;
+    let shape = out.shape().to_vec();
+    let (n, h, d) = (shape[0], shape[1], shape[2]);
+    let check_shape = |tensor, actual: &[usize], expected: &[usize]| {
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(CaseFileError::Shape {
+                path: r.path(),
+                tensor,
+                actual: actual.to_vec(),
+                expected: format!("{expected:?} (from `out`)"),
+            })
+        }
+    };
+    check_shape("lse", lse.shape(), &[n, h])?;
+    check_shape("out_lp", out_lp.shape(), &shape)?;
+    let rows = if r.has("rows") {
+        let view = r.tensor("rows", 1, "[N]")?;
+        check_shape("rows", view.shape(), &[n])?;
+        let rows = r.i32s("rows", &view)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (index, &row) in rows.iter().enumerate() {
+            let row = usize::try_from(row).map_err(|_| CaseFileError::Value {
+                path: r.path(),
+                tensor: "rows",
+                index,
+                value: row.into(),
+                expected: "a row index >= 0",
+            })?;
+            out.push(row);
+        }
+        Some(out)
+    } else {
+        None
+    };
+    let shape_error = |tensor| CaseFileError::Shape {
+        path: r.path(),
+        tensor,
+        actual: shape.clone(),
+        expected: "a shape matching its data".into(),
+    };
+    let reference = RefOutput {
+        rows,
+        out: Array3::from_shape_vec((n, h, d), out_values).map_err(|_| shape_error("out"))?,
+        lse: Array2::from_shape_vec((n, h), lse_values).map_err(|_| shape_error("lse"))?,
+    };
+    let lp: Vec<f64> = r
+        .floats("out_lp", &out_lp, dtype, "itself")?
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let out_lp = Array3::from_shape_vec((n, h, d), lp).map_err(|_| shape_error("out_lp"))?;
+    Ok(OutputFile {
+        reference,
+        out_lp,
+        dtype,
+    })
+}

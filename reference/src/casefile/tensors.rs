@@ -1,0 +1,353 @@
+//! Tensor encoding and checked decoding shared by case and output files.
+
+use super::{CaseFileError, FORMAT_VERSION};
+use crate::dtype::DType;
+use half::{bf16, f16};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// An owned tensor to serialize.
+pub(super) struct Owned {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for Owned {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+pub(super) fn storage_dtype(dtype: DType) -> Dtype {
+    match dtype {
+        DType::Bf16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+        DType::F32 => Dtype::F32,
+    }
+}
+
+fn case_dtype(dtype: Dtype) -> Option<DType> {
+    match dtype {
+        Dtype::BF16 => Some(DType::Bf16),
+        Dtype::F16 => Some(DType::F16),
+        Dtype::F32 => Some(DType::F32),
+        _ => None,
+    }
+}
+
+/// Values (exactly representable in `dtype`) stored as `dtype`.
+pub(super) fn float_tensor(
+    values: impl Iterator<Item = f32>,
+    dtype: DType,
+    shape: Vec<usize>,
+) -> Owned {
+    let mut data = Vec::with_capacity(shape.iter().product::<usize>() * dtype.size_bytes());
+    match dtype {
+        DType::Bf16 => values.for_each(|x| data.extend(bf16::from_f32(x).to_le_bytes())),
+        DType::F16 => values.for_each(|x| data.extend(f16::from_f32(x).to_le_bytes())),
+        DType::F32 => values.for_each(|x| data.extend(x.to_le_bytes())),
+    }
+    Owned {
+        dtype: storage_dtype(dtype),
+        shape,
+        data,
+    }
+}
+
+pub(super) fn f64_tensor(values: impl Iterator<Item = f64>, shape: Vec<usize>) -> Owned {
+    let data = values.flat_map(f64::to_le_bytes).collect();
+    Owned {
+        dtype: Dtype::F64,
+        shape,
+        data,
+    }
+}
+
+pub(super) fn i32_tensor(values: impl Iterator<Item = i32>, shape: Vec<usize>) -> Owned {
+    let data = values.flat_map(i32::to_le_bytes).collect();
+    Owned {
+        dtype: Dtype::I32,
+        shape,
+        data,
+    }
+}
+
+/// Write tensors and string metadata to `path`.
+pub(super) fn write_file(
+    path: &Path,
+    tensors: Vec<(&'static str, Owned)>,
+    metadata: HashMap<String, String>,
+) -> Result<(), CaseFileError> {
+    safetensors::serialize_to_file(tensors, Some(metadata), path).map_err(|source| match source {
+        safetensors::SafeTensorError::IoError(source) => CaseFileError::Io {
+            path: path.to_path_buf(),
+            action: "cannot write",
+            source,
+        },
+        source => CaseFileError::Serialize {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
+}
+
+pub(super) fn read_bytes(path: &Path) -> Result<Vec<u8>, CaseFileError> {
+    std::fs::read(path).map_err(|source| CaseFileError::Io {
+        path: path.to_path_buf(),
+        action: "cannot read",
+        source,
+    })
+}
+
+/// A parsed file with checked accessors; every error names the file.
+pub(super) struct Reader<'a> {
+    path: PathBuf,
+    tensors: SafeTensors<'a>,
+    metadata: HashMap<String, String>,
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(path: &Path, bytes: &'a [u8]) -> Result<Reader<'a>, CaseFileError> {
+        let path = path.to_path_buf();
+        check_offsets(&path, bytes)?;
+        let format = |source| CaseFileError::Format {
+            path: path.clone(),
+            source,
+        };
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
+        let tensors = SafeTensors::deserialize(bytes).map_err(format)?;
+        let metadata = header.metadata().clone().unwrap_or_default();
+        let reader = Reader {
+            path,
+            tensors,
+            metadata,
+        };
+        reader.check_version()?;
+        Ok(reader)
+    }
+
+    pub(super) fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// Files written by other tools may omit `format_version`: they are read as version 1.
+    fn check_version(&self) -> Result<(), CaseFileError> {
+        match self.metadata.get("format_version") {
+            None => Ok(()),
+            Some(v) if v.trim() == FORMAT_VERSION => Ok(()),
+            Some(v) => Err(CaseFileError::Version {
+                path: self.path(),
+                version: v.clone(),
+            }),
+        }
+    }
+
+    pub(super) fn meta(&self, key: &str) -> Option<&str> {
+        self.metadata.get(key).map(String::as_str)
+    }
+
+    pub(super) fn required_meta(&self, key: &'static str) -> Result<&str, CaseFileError> {
+        self.meta(key)
+            .ok_or_else(|| CaseFileError::MissingMetadata {
+                path: self.path(),
+                key,
+            })
+    }
+
+    /// Parse metadata `key` (required when `None` is not allowed by the caller).
+    pub(super) fn parse_meta<T: std::str::FromStr>(
+        &self,
+        key: &'static str,
+        value: &str,
+        expected: &'static str,
+    ) -> Result<T, CaseFileError> {
+        value
+            .trim()
+            .parse()
+            .map_err(|_| CaseFileError::BadMetadata {
+                path: self.path(),
+                key,
+                value: value.to_string(),
+                expected,
+            })
+    }
+
+    pub(super) fn has(&self, name: &str) -> bool {
+        self.tensors.names().contains(&name)
+    }
+
+    /// Tensor `name` with rank `dims.len()`; `dims` names the axes for messages.
+    pub(super) fn tensor(
+        &self,
+        name: &'static str,
+        rank: usize,
+        dims: &'static str,
+    ) -> Result<TensorView<'a>, CaseFileError> {
+        let view = self
+            .tensors
+            .tensor(name)
+            .map_err(|_| CaseFileError::MissingTensor {
+                path: self.path(),
+                tensor: name,
+            })?;
+        if view.shape().len() != rank {
+            return Err(CaseFileError::Rank {
+                path: self.path(),
+                tensor: name,
+                actual: view.shape().to_vec(),
+                rank,
+                dims,
+            });
+        }
+        // Zero-sized tensors carry arbitrary dimensions without data; keep every later size
+        // computation (views, strides, array shapes) free of overflow.
+        let fits = view
+            .shape()
+            .iter()
+            .try_fold(16usize, |acc, &d| acc.checked_mul(d.max(1)))
+            .is_some_and(|n| n <= isize::MAX as usize);
+        if !fits {
+            return Err(CaseFileError::Shape {
+                path: self.path(),
+                tensor: name,
+                actual: view.shape().to_vec(),
+                expected: "dimensions whose product fits in memory".into(),
+            });
+        }
+        Ok(view)
+    }
+
+    fn dtype_error(
+        &self,
+        name: &'static str,
+        view: &TensorView,
+        expected: String,
+    ) -> CaseFileError {
+        CaseFileError::Dtype {
+            path: self.path(),
+            tensor: name,
+            actual: view.dtype().to_string(),
+            expected,
+        }
+    }
+
+    /// The case dtype of a floating tensor of the case (BF16, F16 or F32).
+    pub(super) fn case_dtype(
+        &self,
+        name: &'static str,
+        view: &TensorView,
+    ) -> Result<DType, CaseFileError> {
+        case_dtype(view.dtype())
+            .ok_or_else(|| self.dtype_error(name, view, "BF16, F16 or F32".into()))
+    }
+
+    /// Values of a BF16/F16/F32 tensor that must have dtype `dtype`.
+    pub(super) fn floats(
+        &self,
+        name: &'static str,
+        view: &TensorView,
+        dtype: DType,
+        like: &str,
+    ) -> Result<Vec<f32>, CaseFileError> {
+        if view.dtype() != storage_dtype(dtype) {
+            let expected = format!("{} like {like}", storage_dtype(dtype));
+            return Err(self.dtype_error(name, view, expected));
+        }
+        let data = view.data();
+        Ok(match dtype {
+            DType::Bf16 => data
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DType::F16 => data
+                .chunks_exact(2)
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DType::F32 => data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        })
+    }
+
+    pub(super) fn f64s(
+        &self,
+        name: &'static str,
+        view: &TensorView,
+    ) -> Result<Vec<f64>, CaseFileError> {
+        if view.dtype() != Dtype::F64 {
+            return Err(self.dtype_error(name, view, "F64".into()));
+        }
+        Ok(view
+            .data()
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect())
+    }
+
+    pub(super) fn i32s(
+        &self,
+        name: &'static str,
+        view: &TensorView,
+    ) -> Result<Vec<i32>, CaseFileError> {
+        if view.dtype() != Dtype::I32 {
+            return Err(self.dtype_error(name, view, "I32".into()));
+        }
+        Ok(view
+            .data()
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+}
+
+/// Reject headers whose data offsets point past the end of the file before the safetensors
+/// crate sees them: it adds them to the header length unchecked, which overflows (a panic in
+/// checked builds) for offsets near `usize::MAX`. Anything this cannot parse is left to the
+/// crate, which reports it as an error.
+fn check_offsets(path: &Path, bytes: &[u8]) -> Result<(), CaseFileError> {
+    let Some(len) = bytes.get(..8) else {
+        return Ok(());
+    };
+    let n = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
+    let Some(header) = usize::try_from(n)
+        .ok()
+        .and_then(|n| bytes.get(8..n.checked_add(8)?))
+    else {
+        return Ok(());
+    };
+    let Ok(serde_json::Value::Object(entries)) = serde_json::from_slice(header) else {
+        return Ok(());
+    };
+    for (name, info) in &entries {
+        let Some(offsets) = info.get("data_offsets").and_then(|o| o.as_array()) else {
+            continue;
+        };
+        for o in offsets {
+            if o.as_u64().is_some_and(|o| o > bytes.len() as u64) {
+                return Err(CaseFileError::Header {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "tensor `{name}` has data offset {o} past the end of the {}-byte file \
+                         (truncated or corrupt)",
+                        bytes.len()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! Tiny cases with expected values worked out by hand from SPEC section 1.
+
+use ndarray::{Array2, Array3};
+use relattn_reference::{emulate, fast, oracle, CacheLayout, DType, Problem, ProblemData};
+
+const PAGE: usize = 2;
+
+/// A hand-written case: fp32 values, contiguous cache in pages of 2, one spare NaN block.
+struct Tiny {
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    e: usize,
+    scale: f64,
+    window_left: i64,
+    /// Per packed row: `H * D` values (NaN for padding rows).
+    q: Vec<Vec<f32>>,
+    /// Per packed row: `H * E` values.
+    rel: Vec<Vec<f32>>,
+    /// Per request: keys and values, each `[Lk][Hkv * D]`.
+    kv: Vec<(Vec<Vec<f32>>, Vec<Vec<f32>>)>,
+    cu: Vec<i32>,
+}
+
+impl Tiny {
+    fn problem(&self) -> Problem {
+        let (h, hkv, d, e) = (self.heads, self.kv_heads, self.d, self.e);
+        let t = self.q.len();
+        let pages: Vec<usize> = self.kv.iter().map(|x| x.0.len().div_ceil(PAGE)).collect();
+        let num_blocks = pages.iter().sum::<usize>() + 1;
+        let (kview, vview, len) = CacheLayout::Contiguous.views(num_blocks, PAGE, hkv, d);
+        let mut cache = vec![f32::NAN; len];
+        let max_pages = pages.iter().copied().max().unwrap_or(0) + 1;
+        let mut table = Array2::<i32>::from_elem((self.kv.len(), max_pages), num_blocks as i32 - 1);
+        let mut block = 0;
+        for (b, (keys, values)) in self.kv.iter().enumerate() {
+            for (j, (k, v)) in keys.iter().zip(values).enumerate() {
+                if j % PAGE == 0 {
+                    table[[b, j / PAGE]] = block as i32;
+                    block += 1;
+                }
+                let block = table[[b, j / PAGE]] as usize;
+                for kvh in 0..hkv {
+                    for c in 0..d {
+                        cache[kview.at(block, j % PAGE, kvh) + c] = k[kvh * d + c];
+                        cache[vview.at(block, j % PAGE, kvh) + c] = v[kvh * d + c];
+                    }
+                }
+            }
+        }
+        Problem::new(ProblemData {
+            dtype: DType::F32,
+            num_heads: h,
+            num_kv_heads: hkv,
+            head_dim: d,
+            rel_extent: e,
+            page_size: PAGE,
+            num_blocks,
+            softmax_scale: self.scale,
+            window_left: self.window_left,
+            q: Array3::from_shape_fn((t, h, d), |(r, x, c)| self.q[r][x * d + c]),
+            rel_logits: Array3::from_shape_fn((t, h, e), |(r, x, c)| self.rel[r][x * e + c]),
+            kv: cache,
+            layout: CacheLayout::Contiguous,
+            k: kview,
+            v: vview,
+            block_table: table,
+            seqused_k: self.kv.iter().map(|x| x.0.len() as i32).collect(),
+            cu_seqlens_q: self.cu.clone(),
+        })
+        .unwrap()
+    }
+}
+
+/// Softmax-weighted mean of `v` under scores `s`, and the LSE, spelled out.
+fn softmax_mean(s: &[f64], v: &[f64]) -> (f64, f64) {
+    let weights: Vec<f64> = s.iter().map(|x| x.exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mean = weights.iter().zip(v).map(|(w, x)| w * x).sum::<f64>() / total;
+    (mean, total.ln())
+}
+
+/// Check oracle and fast to 1e-14 and the fp32 emulation to 1e-6 against `(t, h, out, lse)`.
+fn check(p: &Problem, expected: &[(usize, usize, Vec<f64>, f64)]) {
+    let results = [
+        ("oracle", oracle::attention(p), 1e-14),
+        ("fast", fast::attention(p), 1e-14),
+        ("emulate", emulate::attention(p), 1e-6),
+    ];
+    for (name, res, tol) in &results {
+        for (t, h, out, lse) in expected {
+            for (c, want) in out.iter().enumerate() {
+                let got = res.out[[*t, *h, c]];
+                assert!(
+                    (got - want).abs() <= tol * want.abs().max(1.0),
+                    "{name}: out[{t},{h},{c}] = {got}, expected {want}"
+                );
+            }
+            let got = res.lse[[*t, *h]];
+            assert!(
+                (got - lse).abs() <= tol * lse.abs().max(1.0),
+                "{name}: lse[{t},{h}] = {got}, expected {lse}"
+            );
+        }
+        for t in p.real_rows()..p.total_rows() {
+            assert!(
+                res.out
+                    .slice(ndarray::s![t, .., ..])
+                    .iter()
+                    .all(|&x| x == 0.0),
+                "{name}: padding row {t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn single_key_returns_its_value() {
+    // s = 0.25 * (1*3 + 2*(-1)) + 0.75 = 1: softmax of one key is 1, so out = v, lse = s.
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 2,
+        e: 1,
+        scale: 0.25,
+        window_left: -1,
+        q: vec![vec![1.0, 2.0]],
+        rel: vec![vec![0.75]],
+        kv: vec![(vec![vec![3.0, -1.0]], vec![vec![0.5, -2.0]])],
+        cu: vec![0, 1],
+    };
+    check(&case.problem(), &[(0, 0, vec![0.5, -2.0], 1.0)]);
+}
+
+#[test]
+fn bias_only_below_extent_and_never_scaled() {
+    // One query at position P = 3 over keys 0..4: d = 3, 2, 1, 0 with E = 2, so the bias is
+    // 0, 0 (d = E + 1 and d = E: zero, not rel[E - 1]), rel[1] (d = E - 1), rel[0].
+    // scale * q * k = 0.5 * 2 * k = k; the bias is added unscaled.
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 1,
+        e: 2,
+        scale: 0.5,
+        window_left: -1,
+        q: vec![vec![2.0]],
+        rel: vec![vec![-0.5, 3.0]],
+        kv: vec![(
+            vec![vec![0.5], vec![1.0], vec![-1.0], vec![0.25]],
+            vec![vec![1.0], vec![10.0], vec![100.0], vec![1000.0]],
+        )],
+        cu: vec![0, 1],
+    };
+    let s = [0.5, 1.0, -1.0 + 3.0, 0.25 - 0.5];
+    let (out, lse) = softmax_mean(&s, &[1.0, 10.0, 100.0, 1000.0]);
+    check(&case.problem(), &[(0, 0, vec![out], lse)]);
+}
+
+#[test]
+fn window_edges_and_chunk_offset() {
+    // Local layer, window_left = 1 (E = 2), Lq = 2 new tokens after P = 3 cached ones.
+    // Row 0 is position 3: keys 2 (d = 1) and 3 (d = 0). Row 1 is position 4: keys 3, 4.
+    // Keys 0 and 1 precede every window and hold NaN: reading them would show.
+    let nan = f32::NAN;
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 1,
+        e: 2,
+        scale: 1.0,
+        window_left: 1,
+        q: vec![vec![1.0], vec![-1.0]],
+        rel: vec![vec![0.5, 0.25], vec![-0.5, 2.0]],
+        kv: vec![(
+            vec![vec![nan], vec![nan], vec![1.0], vec![2.0], vec![3.0]],
+            vec![vec![nan], vec![nan], vec![4.0], vec![8.0], vec![16.0]],
+        )],
+        cu: vec![0, 2],
+    };
+    // Row 0: s(key 2) = 1*1 + rel[1] = 1.25, s(key 3) = 1*2 + rel[0] = 2.5.
+    let (o0, l0) = softmax_mean(&[1.25, 2.5], &[4.0, 8.0]);
+    // Row 1: s(key 3) = -2 + rel[1] = 0, s(key 4) = -3 + rel[0] = -3.5.
+    let (o1, l1) = softmax_mean(&[0.0, -3.5], &[8.0, 16.0]);
+    check(
+        &case.problem(),
+        &[(0, 0, vec![o0], l0), (1, 0, vec![o1], l1)],
+    );
+}
+
+#[test]
+fn window_of_zero_sees_only_itself() {
+    // window_left = 0: each query sees only d = 0, so out = v[P + i], lse = s.
+    let nan = f32::NAN;
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 1,
+        e: 1,
+        scale: 1.0,
+        window_left: 0,
+        q: vec![vec![2.0], vec![3.0]],
+        rel: vec![vec![0.5], vec![-1.0]],
+        kv: vec![(
+            vec![vec![nan], vec![1.0], vec![2.0]],
+            vec![vec![nan], vec![-7.0], vec![9.0]],
+        )],
+        cu: vec![0, 2],
+    };
+    check(
+        &case.problem(),
+        &[(0, 0, vec![-7.0], 2.5), (1, 0, vec![9.0], 5.0)],
+    );
+}
+
+#[test]
+fn gqa_head_reads_kv_head_h_over_g() {
+    // H = 4, Hkv = 2 (G = 2): heads 0, 1 read KV head 0; heads 2, 3 read KV head 1.
+    // One query at position 1 over keys 0 (d = 1) and 1 (d = 0); bias per query head.
+    let case = Tiny {
+        heads: 4,
+        kv_heads: 2,
+        d: 1,
+        e: 2,
+        scale: 1.0,
+        window_left: -1,
+        q: vec![vec![1.0, 2.0, 1.0, -1.0]],
+        rel: vec![vec![0.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.0, 0.0]],
+        kv: vec![(
+            vec![vec![1.0, -1.0], vec![0.0, 2.0]],
+            vec![vec![3.0, 5.0], vec![6.0, 7.0]],
+        )],
+        cu: vec![0, 1],
+    };
+    // Head h: s(key 0) = q_h * k0[kvh] + rel[h][1], s(key 1) = q_h * k1[kvh] + rel[h][0].
+    let (o0, l0) = softmax_mean(&[1.0, 0.0], &[3.0, 6.0]);
+    let (o1, l1) = softmax_mean(&[2.0, 1.0], &[3.0, 6.0]);
+    let (o2, l2) = softmax_mean(&[-1.0 + 0.5, 2.0], &[5.0, 7.0]);
+    let (o3, l3) = softmax_mean(&[1.0, -2.0], &[5.0, 7.0]);
+    check(
+        &case.problem(),
+        &[
+            (0, 0, vec![o0], l0),
+            (0, 1, vec![o1], l1),
+            (0, 2, vec![o2], l2),
+            (0, 3, vec![o3], l3),
+        ],
+    );
+}
+
+#[test]
+fn zero_length_request_in_the_middle_and_padding() {
+    // Requests: (Lq 1, Lk 2), (Lq 0, Lk 3), (Lq 1, Lk 1); then one NaN padding row.
+    // Row 1 belongs to request 2 (not 1) and reads its own cache and its own bias row.
+    let nan = f32::NAN;
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 1,
+        e: 4,
+        scale: 0.5,
+        window_left: -1,
+        q: vec![vec![2.0], vec![4.0], vec![nan]],
+        rel: vec![
+            vec![1.0, 2.0, 3.0, 4.0],
+            vec![-1.0, -2.0, -3.0, -4.0],
+            vec![nan; 4],
+        ],
+        kv: vec![
+            (vec![vec![1.0], vec![-1.0]], vec![vec![2.0], vec![-2.0]]),
+            (vec![vec![nan]; 3], vec![vec![nan]; 3]),
+            (vec![vec![0.5]], vec![vec![11.0]]),
+        ],
+        cu: vec![0, 1, 1, 2],
+    };
+    // Row 0 at position 1: s(key 0) = 0.5*2*1 + rel[1] = 3, s(key 1) = -1 + rel[0] = 0.
+    let (o0, l0) = softmax_mean(&[3.0, 0.0], &[2.0, -2.0]);
+    // Row 1 at position 0 of request 2: one key, s = 0.5*4*0.5 + (-1) = 0.
+    check(
+        &case.problem(),
+        &[(0, 0, vec![o0], l0), (1, 0, vec![11.0], 0.0)],
+    );
+}

@@ -1,0 +1,156 @@
+//! results.csv: the fixed columns, then one column per parameter.
+
+use crate::error::{io, ReportError};
+use crate::row::{format_float, Row, Status};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The first columns of results.csv, in order.
+pub const FIXED_COLUMNS: [&str; 14] = [
+    "case_id",
+    "trial",
+    "path",
+    "status",
+    "max_abs",
+    "mean_abs",
+    "rel_l2",
+    "bound",
+    "first_bad",
+    "ms",
+    "tflops",
+    "gbps",
+    "seed",
+    "message",
+];
+
+/// Writes every row; parameter columns are the sorted union of the rows' parameter names, empty
+/// where a row lacks one.
+pub(crate) fn write_csv(path: &Path, rows: &[Row]) -> Result<(), ReportError> {
+    let params: BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| r.params.keys().map(String::as_str))
+        .collect();
+    let csv_err = |source| ReportError::Csv {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut w = csv::Writer::from_path(path).map_err(csv_err)?;
+    let header: Vec<&str> = FIXED_COLUMNS
+        .iter()
+        .copied()
+        .chain(params.iter().copied())
+        .collect();
+    w.write_record(&header).map_err(csv_err)?;
+    let opt = |v: Option<f64>| v.map(format_float).unwrap_or_default();
+    for r in rows {
+        let mut rec = vec![
+            r.case_id.clone(),
+            r.trial.clone(),
+            r.path.clone(),
+            r.status.as_str().to_string(),
+            opt(r.max_abs),
+            opt(r.mean_abs),
+            opt(r.rel_l2),
+            opt(r.bound),
+            r.first_bad.clone().unwrap_or_default(),
+            opt(r.ms),
+            opt(r.tflops),
+            opt(r.gbps),
+            r.seed.map(|s| s.to_string()).unwrap_or_default(),
+            r.message.clone(),
+        ];
+        rec.extend(
+            params
+                .iter()
+                .map(|p| r.params.get(*p).cloned().unwrap_or_default()),
+        );
+        w.write_record(&rec).map_err(csv_err)?;
+    }
+    w.flush().map_err(io("write", path))
+}
+
+/// Reads results.csv back. An empty parameter cell means the row lacked that parameter.
+pub(crate) fn read_csv(path: &Path) -> Result<Vec<Row>, ReportError> {
+    let csv_err = |source| ReportError::Csv {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut rd = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_path(path)
+        .map_err(csv_err)?;
+    let header = rd.headers().map_err(csv_err)?.clone();
+    let bad = |line: u64, message: String| ReportError::BadCsv {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let found: Vec<&str> = header.iter().take(FIXED_COLUMNS.len()).collect();
+    if found != FIXED_COLUMNS {
+        return Err(bad(
+            1,
+            format!(
+                "header must start with {}, found {}",
+                FIXED_COLUMNS.join(","),
+                found.join(",")
+            ),
+        ));
+    }
+    let param_names: Vec<String> = header
+        .iter()
+        .skip(FIXED_COLUMNS.len())
+        .map(str::to_string)
+        .collect();
+    let mut rows = Vec::new();
+    for rec in rd.records() {
+        let rec = rec.map_err(csv_err)?;
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        let cell = |i: usize| rec.get(i).unwrap_or("");
+        let float = |i: usize| -> Result<Option<f64>, ReportError> {
+            let text = cell(i);
+            if text.is_empty() {
+                return Ok(None);
+            }
+            text.parse::<f64>().map(Some).map_err(|_| {
+                bad(
+                    line,
+                    format!("column {}: not a number: {text:?}", FIXED_COLUMNS[i]),
+                )
+            })
+        };
+        let status: Status = cell(3).parse().map_err(|e: String| bad(line, e))?;
+        let seed = match cell(12) {
+            "" => None,
+            s => Some(
+                s.parse::<u64>()
+                    .map_err(|_| bad(line, format!("column seed: {s:?}")))?,
+            ),
+        };
+        let params: BTreeMap<String, String> = param_names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, name)| {
+                let v = cell(FIXED_COLUMNS.len() + i);
+                (!v.is_empty()).then(|| (name.clone(), v.to_string()))
+            })
+            .collect();
+        rows.push(Row {
+            case_id: cell(0).to_string(),
+            trial: cell(1).to_string(),
+            path: cell(2).to_string(),
+            status,
+            max_abs: float(4)?,
+            mean_abs: float(5)?,
+            rel_l2: float(6)?,
+            bound: float(7)?,
+            first_bad: Some(cell(8).to_string()).filter(|s| !s.is_empty()),
+            ms: float(9)?,
+            tflops: float(10)?,
+            gbps: float(11)?,
+            seed,
+            message: cell(13).to_string(),
+            params,
+        });
+    }
+    Ok(rows)
+}

@@ -1,0 +1,75 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading, writing, merging or diffing reports.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: line {line}: not a report row: {source}")]
+    JsonLine {
+        path: PathBuf,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: not valid JSON for a report: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: {source}")]
+    Csv {
+        path: PathBuf,
+        #[source]
+        source: csv::Error,
+    },
+    #[error("{path}: line {line}: {message}")]
+    BadCsv {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+    #[error(
+        "no report found in {path}: expected results.jsonl or results.csv (with summary.json) \
+         there, or in architecture subdirectories such as sm90/, sm100/ or cpu/"
+    )]
+    NotAReport { path: PathBuf },
+    #[error(
+        "architecture directory name {name:?} is not usable: give a plain name such as \
+         \"sm90\", \"sm100\" or \"cpu\""
+    )]
+    BadArchName { name: String },
+    #[error(
+        "trial {trial} ({arch}) appears in {first} and {second} with different results \
+         ({field} differs); merge only shards of one run, or drop one of the directories"
+    )]
+    Conflict {
+        arch: String,
+        trial: String,
+        field: &'static str,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("nothing to merge: give at least one report directory")]
+    NoInputs,
+}
+
+pub(crate) fn io(
+    action: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(std::io::Error) -> ReportError {
+    let path = path.into();
+    move |source| ReportError::Io {
+        action,
+        path,
+        source,
+    }
+}

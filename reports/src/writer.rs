@@ -1,0 +1,191 @@
+//! Writing a report: rows appended to results.jsonl as they finish, every file written at the end.
+
+use crate::csv_io::write_csv;
+use crate::env::Environment;
+use crate::error::{io, ReportError};
+use crate::row::Row;
+use crate::summary::Summary;
+use crate::{junit, markdown};
+use crate::{JUNIT_XML, RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON, SUMMARY_MD};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Writes one architecture's report directory, `DIR/<arch>/`.
+///
+/// Each pushed row is appended to `results.jsonl` as one line with one `write` call, so a run
+/// that is killed keeps every row it finished (the operating system holds the data even if the
+/// process dies; a power loss may drop the last rows). `finish` then writes results.csv,
+/// summary.json, summary.md and junit.xml from all rows: the CSV is written whole at the end
+/// because its parameter columns are the union over rows, which is only known then.
+/// An interrupted directory is still readable by [`crate::load`], and `relattn report merge`
+/// over it writes the missing files.
+#[derive(Debug)]
+pub struct ReportWriter {
+    dir: PathBuf,
+    arch: String,
+    env: Environment,
+    rows: Vec<Row>,
+    log: File,
+}
+
+pub(crate) fn check_arch_name(name: &str) -> Result<(), ReportError> {
+    let ok = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ReportError::BadArchName {
+            name: name.to_string(),
+        })
+    }
+}
+
+impl ReportWriter {
+    /// Creates `dir/<arch_dir_name>/` ("sm90", "sm100", "cpu"), replacing any report there, and
+    /// records the environment at once so even an interrupted run says where it ran.
+    pub fn create(
+        dir: &Path,
+        arch_dir_name: &str,
+        env: Environment,
+    ) -> Result<ReportWriter, ReportError> {
+        check_arch_name(arch_dir_name)?;
+        let arch_dir = dir.join(arch_dir_name);
+        fs::create_dir_all(&arch_dir).map_err(io("create directory", &arch_dir))?;
+        // Files of an earlier run in the same place would contradict the new rows.
+        for stale in [RESULTS_CSV, SUMMARY_MD, JUNIT_XML] {
+            let p = arch_dir.join(stale);
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove", &p)(e)),
+            }
+        }
+        let started = Summary::of(arch_dir_name, env.clone(), &[], false);
+        write_json(&arch_dir.join(SUMMARY_JSON), &started)?;
+        let log_path = arch_dir.join(RESULTS_JSONL);
+        let log = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(io("create", &log_path))?;
+        Ok(ReportWriter {
+            dir: arch_dir,
+            arch: arch_dir_name.to_string(),
+            env,
+            rows: Vec::new(),
+            log,
+        })
+    }
+
+    /// The architecture directory being written.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    /// The environment, to add what is learnt during the run (compile checks, measured peaks).
+    pub fn environment_mut(&mut self) -> &mut Environment {
+        &mut self.env
+    }
+
+    /// Appends one finished row to results.jsonl and flushes it.
+    pub fn push(&mut self, row: Row) -> Result<(), ReportError> {
+        let mut line = serde_json::to_string(&row).map_err(|source| ReportError::Json {
+            path: self.dir.join(RESULTS_JSONL),
+            source,
+        })?;
+        line.push('\n');
+        let path = || self.dir.join(RESULTS_JSONL);
+        self.log
+            .write_all(line.as_bytes())
+            .map_err(io("append to", path()))?;
+        self.log.flush().map_err(io("flush", path()))?;
+        self.rows.push(row);
+        Ok(())
+    }
+
+    /// Writes results.csv, summary.json, summary.md and junit.xml; stamps `finished` if unset.
+    pub fn finish(mut self) -> Result<Summary, ReportError> {
+        if self.env.finished.is_none() {
+            self.env.finished = Some(now());
+        }
+        write_outputs(&self.dir, &self.arch, self.env, &self.rows, true, false)
+    }
+}
+
+/// Current time as RFC 3339 (UTC, seconds).
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), ReportError> {
+    let text = serde_json::to_string_pretty(value).map_err(|source| ReportError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    write_atomic(path, text.as_bytes())
+}
+
+/// Writes through a temporary file and a rename, so a reader never sees half a file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    let tmp = tmp_path(path);
+    fs::write(&tmp, bytes).map_err(io("write", &tmp))?;
+    fs::rename(&tmp, path).map_err(io("rename into place", path))
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Writes every file of one architecture directory from its rows (and results.jsonl too when
+/// `with_jsonl`, as merge does).
+pub(crate) fn write_outputs(
+    arch_dir: &Path,
+    arch: &str,
+    env: Environment,
+    rows: &[Row],
+    complete: bool,
+    with_jsonl: bool,
+) -> Result<Summary, ReportError> {
+    fs::create_dir_all(arch_dir).map_err(io("create directory", arch_dir))?;
+    if with_jsonl {
+        let mut text = String::new();
+        for r in rows {
+            let line = serde_json::to_string(r).map_err(|source| ReportError::Json {
+                path: arch_dir.join(RESULTS_JSONL),
+                source,
+            })?;
+            text.push_str(&line);
+            text.push('\n');
+        }
+        write_atomic(&arch_dir.join(RESULTS_JSONL), text.as_bytes())?;
+    }
+    let csv_path = arch_dir.join(RESULTS_CSV);
+    let csv_tmp = tmp_path(&csv_path);
+    write_csv(&csv_tmp, rows)?;
+    fs::rename(&csv_tmp, &csv_path).map_err(io("rename into place", &csv_path))?;
+    let summary = Summary::of(arch, env, rows, complete);
+    write_atomic(
+        &arch_dir.join(SUMMARY_MD),
+        markdown::render(&summary, rows).as_bytes(),
+    )?;
+    write_atomic(
+        &arch_dir.join(JUNIT_XML),
+        junit::render(&summary, rows).as_bytes(),
+    )?;
+    // summary.json last: once it says complete, every other file is in place.
+    write_json(&arch_dir.join(SUMMARY_JSON), &summary)?;
+    Ok(summary)
+}

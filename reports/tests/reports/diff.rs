@@ -1,0 +1,112 @@
+//! Diffing against a baseline.
+
+use crate::common::{trials, write};
+use relattn_reports::{diff, load, DiffOptions, Report, Row, Status};
+use std::path::Path;
+
+fn report(dir: &Path, rows: &[Row]) -> Report {
+    write(dir, "sm90", "1/1", rows);
+    load(dir).unwrap()
+}
+
+#[test]
+fn identical_reports_are_not_a_regression() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..8);
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &rows);
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert!(!d.is_regression(), "{}", d.render());
+    assert_eq!(d.compared, 8);
+    assert!(d.new_failures.is_empty() && d.error_growth.is_empty() && d.slowdowns.is_empty());
+    assert!(d.missing.is_empty() && d.added.is_empty());
+}
+
+#[test]
+fn planted_regressions_are_each_flagged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..6);
+    let mut changed = rows.clone();
+    changed[0].status = Status::Fail;
+    changed[1].max_abs = Some(rows[1].max_abs.unwrap() * 10.0);
+    changed[2].tflops = Some(70.0);
+    changed[3].gbps = Some(700.0);
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &changed);
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert!(d.is_regression());
+    let names = |v: Vec<&String>| v.into_iter().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(d.new_failures.iter().map(|c| &c.trial).collect()),
+        vec![rows[0].trial.clone()]
+    );
+    assert_eq!(
+        names(d.error_growth.iter().map(|g| &g.trial).collect()),
+        vec![rows[1].trial.clone()]
+    );
+    assert!((d.error_growth[0].factor - 10.0).abs() < 1e-9);
+    let slow: Vec<(&str, &'static str)> = d
+        .slowdowns
+        .iter()
+        .map(|s| (s.trial.as_str(), s.metric))
+        .collect();
+    assert_eq!(
+        slow,
+        vec![
+            (rows[2].trial.as_str(), "tflops"),
+            (rows[3].trial.as_str(), "gbps")
+        ]
+    );
+    assert!((d.slowdowns[0].drop_pct - 30.0).abs() < 1e-9);
+    let text = d.render();
+    assert!(text.starts_with("REGRESSION"), "{text}");
+    let json = serde_json::to_value(&d).unwrap();
+    assert_eq!(json["new_failures"][0]["new"], "fail");
+}
+
+#[test]
+fn changes_under_the_thresholds_are_not_flagged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..3);
+    let mut changed = rows.clone();
+    changed[0].max_abs = Some(1.9e-3); // 1.9x: under the factor
+    changed[1].tflops = Some(95.0); // -5%
+    changed[2].max_abs = Some(1e-3);
+    let mut tiny = rows.clone();
+    tiny[2].max_abs = Some(1e-5);
+    // 100x growth, but to 5% of the bound: under the ratio floor.
+    let base = report(&tmp.path().join("base"), &tiny);
+    let new = report(&tmp.path().join("new"), &changed);
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert!(!d.is_regression(), "{}", d.render());
+    // The same reports with stricter thresholds do regress: the data above is what decided.
+    let strict = DiffOptions {
+        error_factor: 1.5,
+        throughput_drop_pct: 4.0,
+        ratio_floor: 0.01,
+        ..DiffOptions::default()
+    };
+    let d = diff(&base, &new, &strict);
+    assert_eq!(
+        (d.error_growth.len(), d.slowdowns.len()),
+        (2, 1),
+        "{}",
+        d.render()
+    );
+}
+
+#[test]
+fn missing_and_added_trials_are_listed_and_strict_coverage_fails_on_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = report(&tmp.path().join("base"), &trials("t", 0..4));
+    let new = report(&tmp.path().join("new"), &trials("t", 1..5));
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert_eq!(d.missing.len(), 1);
+    assert_eq!(d.added.len(), 1);
+    assert!(!d.is_regression());
+    let strict = DiffOptions {
+        strict_coverage: true,
+        ..DiffOptions::default()
+    };
+    assert!(diff(&base, &new, &strict).is_regression());
+}

@@ -1,0 +1,6 @@
+//! Tests of the report files, merge and diff (one test binary keeps link time low).
+
+mod common;
+mod diff;
+mod merge;
+mod writer;
