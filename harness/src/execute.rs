@@ -46,10 +46,16 @@ impl CaseData {
     }
 }
 
+/// A case's data, built by the first trial that needs it.
+type CaseCell = Arc<OnceLock<Result<Arc<CaseData>, String>>>;
+
 /// Cases by id, each built once and dropped when its last trial has run.
 #[derive(Default)]
 pub struct CaseStore {
-    inner: Mutex<HashMap<String, (Arc<OnceLock<Result<Arc<CaseData>, String>>>, usize)>>,
+    /// Per case: its cell and how many trials still need it.
+    inner: Mutex<HashMap<String, (CaseCell, usize)>>,
+    /// Never drop a case (for runs that revisit cases, like `relattn mutants`).
+    keep: bool,
 }
 
 impl CaseStore {
@@ -61,7 +67,12 @@ impl CaseStore {
                 map.entry(case.id.clone()).or_insert_with(|| (Arc::new(OnceLock::new()), 0)).1 += 1;
             }
         }
-        CaseStore { inner: Mutex::new(map) }
+        CaseStore { inner: Mutex::new(map), keep: false }
+    }
+
+    /// A store that keeps every case it builds.
+    pub fn keep_all() -> CaseStore {
+        CaseStore { inner: Mutex::new(HashMap::new()), keep: true }
     }
 
     /// The case's data; the caller must call `release` once done with it.
@@ -75,6 +86,9 @@ impl CaseStore {
 
     /// One trial of `case` finished; the last one drops the case's data.
     pub fn release(&self, case: &Case) {
+        if self.keep {
+            return;
+        }
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = map.get_mut(&case.id) {
             entry.1 = entry.1.saturating_sub(1);
@@ -120,6 +134,9 @@ pub trait GpuExecutor: Send + Sync {
         split: SplitSetting,
         bounds_check: bool,
     ) -> Result<GpuRunResult, GpuTrialError>;
+
+    /// Add software versions and compile checks to a report's environment.
+    fn describe(&self, _env: &mut relattn_reports::Environment) {}
 }
 
 /// The command that reruns one case alone.
@@ -240,6 +257,7 @@ fn gpu_trial(
                 row.gbps = Some(kv_bytes(&data.problem) / secs / 1e9);
             }
             row.params.insert("num_splits_run".into(), run.num_splits.to_string());
+            row.params.insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
             row.params.insert("bounds_check".into(), bounds_check.to_string());
         }
         Err(GpuTrialError::Unsupported(why)) => {
@@ -262,4 +280,15 @@ pub fn kv_bytes(p: &Problem) -> f64 {
         keys += r.kv_len - first;
     }
     (keys * 2 * p.num_kv_heads * p.head_dim * p.dtype.size_bytes()) as f64
+}
+
+/// FNV-1a over the output's bits: equal hashes across runs mean bit-identical outputs.
+pub fn output_hash(out: &Array3<f32>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for x in out.iter() {
+        for b in x.to_bits().to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }

@@ -1,22 +1,181 @@
-//! The real GPU executor, over `relattn_kernels::gpu`.
+//! The real GPU executor, over `relattn_kernels::gpu`: every program is compiled (for each
+//! build variant the run needs) before any device is opened; then one worker per device keeps
+//! the current case uploaded, so all trials of a case share one upload.
 
-use crate::execute::GpuExecutor;
+use crate::execute::{GpuExecutor, GpuRunResult, GpuTrialError};
 use crate::plan::BoundsCheck;
 use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
+use relattn_kernels::gpu::{
+    compile, compile_check, nvrtc_version, CheckRecord, CompilePlan, Compiled, DeviceProblem, Gpu, GpuError,
+    Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+};
+use relattn_kernels::routing::PathId;
+use relattn_matrices::SplitSetting;
+use relattn_reference::Problem;
+use relattn_reports::{CompileCheck, Environment};
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Whether the CUDA driver library and NVRTC can be loaded on this machine.
 pub fn libraries_present() -> bool {
-    false
+    Gpu::available()
 }
 
-pub struct RealFactory;
+/// Builds the real executor. `mutant` plants a defect in every program (for `relattn mutants`);
+/// `compile_checks` adds the compile-only check over every supported architecture.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealFactory {
+    pub mutant: Option<Mutant>,
+    pub compile_checks: bool,
+}
 
 impl ExecutorFactory for RealFactory {
-    fn create(&self, _devices: &[DeviceInfo], _bounds: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String> {
-        Err("GPU execution is not built in".into())
+    fn create(&self, devices: &[DeviceInfo], bounds: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String> {
+        let Some(first) = devices.first() else { return Err("no device".into()) };
+        let arch = first.cc.sm_name();
+        if devices.iter().any(|d| d.cc.sm_name() != arch) {
+            return Err("devices of different architectures in one run: select one kind with --devices".into());
+        }
+        // Compile first: a compile failure is reported before any device memory is touched.
+        let mut compiled = HashMap::new();
+        for &checked in bounds.variants() {
+            let variant = Variant { bounds_check: checked, mutant: self.mutant };
+            let plan = CompilePlan::all_paths(&arch, variant).map_err(|e| e.to_string())?;
+            compiled.insert(checked, compile(&plan).map_err(|e| format!("{e}"))?);
+        }
+        let checks = if self.compile_checks {
+            compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED]).map_err(|e| e.to_string())?
+        } else {
+            Vec::new()
+        };
+        let mut workers = Vec::new();
+        for d in devices {
+            let gpu = Gpu::open(d.index as usize).map_err(|e| e.to_string())?;
+            workers.push(Mutex::new(Worker { gpu: Some(gpu), loaded: HashMap::new(), current: None }));
+        }
+        let driver = workers
+            .first()
+            .and_then(|w| w.lock().ok()?.gpu.as_ref()?.driver_version().ok())
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+        Ok(Box::new(RealExecutor {
+            workers,
+            compiled,
+            checks,
+            cuda_version: driver,
+            nvrtc: nvrtc_version().ok().map(|(a, b)| format!("{a}.{b}")),
+        }))
     }
 }
 
+struct Worker {
+    gpu: Option<Gpu>,
+    /// Loaded modules per bounds-check variant.
+    loaded: HashMap<bool, Loaded>,
+    /// The uploaded case.
+    current: Option<(String, DeviceProblem)>,
+}
+
+impl Worker {
+    /// After a trap the context is dead: drop everything made on it and open a fresh one.
+    fn recover(&mut self) -> Result<(), GpuError> {
+        self.loaded.clear();
+        self.current = None;
+        if let Some(gpu) = self.gpu.take() {
+            self.gpu = Some(gpu.reopen()?);
+        }
+        Ok(())
+    }
+}
+
+struct RealExecutor {
+    workers: Vec<Mutex<Worker>>,
+    compiled: HashMap<bool, Compiled>,
+    checks: Vec<CheckRecord>,
+    cuda_version: Option<String>,
+    nvrtc: Option<String>,
+}
+
+impl GpuExecutor for RealExecutor {
+    fn run(
+        &self,
+        slot: usize,
+        case_id: &str,
+        problem: &Problem,
+        path: PathId,
+        split: SplitSetting,
+        bounds_check: bool,
+    ) -> Result<GpuRunResult, GpuTrialError> {
+        let worker = self.workers.get(slot).ok_or_else(|| GpuTrialError::Other(format!("no GPU worker {slot}")))?;
+        let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
+        let result = run_on(&mut w, &self.compiled, case_id, problem, path, split, bounds_check);
+        match result {
+            Ok(run) => Ok(GpuRunResult {
+                out: run.out,
+                padding_intact: run.padding_intact,
+                ms: run.ms as f64,
+                num_splits: run.num_splits,
+            }),
+            Err(GpuError::Unsupported { reason, .. }) => Err(GpuTrialError::Unsupported(reason)),
+            Err(e @ GpuError::Trap { .. }) => {
+                let message = e.to_string();
+                match w.recover() {
+                    Ok(()) => Err(GpuTrialError::Fault(message)),
+                    Err(again) => Err(GpuTrialError::Fault(format!("{message}; reopening failed: {again}"))),
+                }
+            }
+            Err(e) => Err(GpuTrialError::Other(e.to_string())),
+        }
+    }
+
+    fn describe(&self, env: &mut Environment) {
+        env.cuda_version = self.cuda_version.clone();
+        env.nvrtc_version = self.nvrtc.clone();
+        env.compile_checks = self
+            .checks
+            .iter()
+            .map(|c| CompileCheck {
+                arch: c.arch.clone(),
+                program: format!("{} ({})", c.program, c.variant),
+                ok: c.ok,
+                message: c.message.clone(),
+            })
+            .collect();
+    }
+}
+
+fn run_on(
+    w: &mut Worker,
+    compiled: &HashMap<bool, Compiled>,
+    case_id: &str,
+    problem: &Problem,
+    path: PathId,
+    split: SplitSetting,
+    bounds_check: bool,
+) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
+    let gpu = w.gpu.as_ref().ok_or_else(|| GpuError::NoDriver("GPU worker lost its device".into()))?;
+    if w.current.as_ref().is_none_or(|(id, _)| id != case_id) {
+        w.current = None; // free the previous case first
+        w.current = Some((case_id.to_string(), gpu.upload(problem)?));
+    }
+    if !w.loaded.contains_key(&bounds_check) {
+        let c = compiled
+            .get(&bounds_check)
+            .ok_or_else(|| GpuError::NoDriver(format!("no build with bounds check {bounds_check}")))?;
+        w.loaded.insert(bounds_check, gpu.load(c)?);
+    }
+    let loaded = &w.loaded[&bounds_check];
+    let (_, dp) = w.current.as_ref().expect("uploaded above");
+    let splits = match split {
+        SplitSetting::Policy => Splits::Policy,
+        SplitSetting::Forced(n) => Splits::Forced(n),
+    };
+    gpu.run(loaded, dp, path, splits)
+}
+
 /// Add the GPU software versions and compile checks to a report's environment.
-pub fn describe(_session: &crate::session::Session, _env: &mut relattn_reports::Environment) {}
+pub fn describe(session: &crate::session::Session, env: &mut Environment) {
+    if let Some(exec) = session.executor_ref() {
+        exec.describe(env);
+    }
+}

@@ -5,7 +5,7 @@
 use crate::gpu_status::GpuStatus;
 use crate::selfcheck::Check;
 use relattn_kernels::routing::{table, ArchRow, Capability, PathId};
-use relattn_matrices::{Case, Expansion, SplitSetting};
+use relattn_matrices::{Case, SplitSetting};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -178,7 +178,6 @@ pub fn reference_trials(cases: &[Arc<Case>]) -> Vec<Trial> {
 
 /// GPU trials of an expansion: every (case, path, split) the selection covers, runnable or not.
 pub fn gpu_trials(
-    expansion: &Expansion,
     cases: &[Arc<Case>],
     status: &GpuStatus,
     paths: &PathSelection,
@@ -218,7 +217,6 @@ pub fn gpu_trials(
             }
         }
     }
-    debug_assert!(expansion.cases.len() == cases.len());
     out
 }
 

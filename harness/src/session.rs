@@ -58,7 +58,7 @@ impl Session {
     /// The real machine: NVML for capabilities, the kernels crate for execution.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
         let libs = crate::gpu_exec::libraries_present();
-        Session::open_with(opts, &NvmlSource::new(), libs, &crate::gpu_exec::RealFactory)
+        Session::open_with(opts, &NvmlSource::new(), libs, &crate::gpu_exec::RealFactory { mutant: None, compile_checks: false })
     }
 
     /// `open` with the capability source and the executor factory given (tests count calls).
@@ -73,10 +73,10 @@ impl Session {
             if matches!(status, GpuStatus::Ready { .. }) { "ci".into() } else { "smoke".into() }
         });
         let bounds = opts.bounds.unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
-        let (expansion, cases) = load_cases(&gpu_matrix, opts)?;
+        let cases = load_cases(&gpu_matrix, opts)?;
         let mut trials = routing_trials();
         let self_cases = match &opts.selfcheck_matrix {
-            Some(m) if *m != gpu_matrix => load_cases(m, opts)?.1,
+            Some(m) if *m != gpu_matrix => load_cases(m, opts)?,
             _ => cases.clone(),
         };
         trials.extend(reference_trials(&self_cases));
@@ -88,7 +88,7 @@ impl Session {
                 Err(e) => status = GpuStatus::Absent(format!("GPU setup failed: {e}")),
             }
         }
-        trials.extend(gpu_trials(&expansion, &cases, &status, &opts.paths, bounds));
+        trials.extend(gpu_trials(&cases, &status, &opts.paths, bounds));
         Ok(Session { status, gpu_matrix, trials, cases, executor })
     }
 
@@ -124,7 +124,7 @@ impl Session {
 fn load_cases(
     matrix: &str,
     opts: &SessionOptions,
-) -> anyhow::Result<(relattn_matrices::Expansion, Vec<Arc<Case>>)> {
+) -> anyhow::Result<Vec<Arc<Case>>> {
     let m = relattn_matrices::load(matrix).with_context(|| format!("loading matrix `{matrix}`"))?;
     let expansion = m.expand().with_context(|| format!("expanding matrix `{matrix}`"))?;
     let mut cases = match opts.shard {
@@ -139,6 +139,5 @@ fn load_cases(
             )));
         }
     }
-    let cases = cases.into_iter().map(Arc::new).collect();
-    Ok((expansion, cases))
+    Ok(cases.into_iter().map(Arc::new).collect())
 }

@@ -39,7 +39,9 @@ fn preflight_rejects_gb10_naming_device_capability_and_reason() {
     );
     assert_eq!(err.cc, Capability::new(12, 1));
     let err = preflight(&device(3, "NVIDIA RTX PRO 6000", 12, 0)).unwrap_err();
-    assert!(err.to_string().starts_with("GPU 3 (NVIDIA RTX PRO 6000, SM 12.0) is not supported"));
+    assert!(err
+        .to_string()
+        .starts_with("GPU 3 (NVIDIA RTX PRO 6000, SM 12.0) is not supported"));
     let err = preflight(&device(0, "Tesla V100", 7, 0)).unwrap_err();
     assert!(err.to_string().contains("SM 7.0"), "{err}");
     let err = preflight(&device(0, "Future GPU", 13, 0)).unwrap_err();
@@ -48,13 +50,20 @@ fn preflight_rejects_gb10_naming_device_capability_and_reason() {
 
 #[test]
 fn mock_source_returns_its_devices_or_its_error() {
-    let devices = vec![device(0, "NVIDIA H200", 9, 0), device(1, "NVIDIA GB10", 12, 1)];
+    let devices = vec![
+        device(0, "NVIDIA H200", 9, 0),
+        device(1, "NVIDIA GB10", 12, 1),
+    ];
     let source = MockSource::new(devices.clone());
     assert_eq!(source.devices(), Ok(devices));
-    let failing = MockSource::failing(CapabilityError::NoDriver("libnvidia-ml.so: not found".into()));
+    let failing = MockSource::failing(CapabilityError::NoDriver(
+        "libnvidia-ml.so: not found".into(),
+    ));
     let err = failing.devices().unwrap_err();
     assert!(err.to_string().contains("no NVIDIA driver"), "{err}");
-    let single = MockSource::single("NVIDIA GB10", Capability::new(12, 1)).devices().unwrap();
+    let single = MockSource::single("NVIDIA GB10", Capability::new(12, 1))
+        .devices()
+        .unwrap();
     assert_eq!(single.len(), 1);
     assert!(preflight(&single[0]).is_err());
 }

@@ -22,7 +22,11 @@ fn shape(batch: usize, q: usize, h: usize, hkv: usize, kv: usize) -> Shape {
 }
 
 fn local(batch: usize, q: usize, h: usize, hkv: usize, kv: usize) -> Shape {
-    Shape { window_left: 511, is_local: true, ..shape(batch, q, h, hkv, kv) }
+    Shape {
+        window_left: 511,
+        is_local: true,
+        ..shape(batch, q, h, hkv, kv)
+    }
 }
 
 #[test]
@@ -134,7 +138,17 @@ fn num_splits_is_one_on_local_layers_and_rows_without_split_kv() {
     let local_heads = [(64, 16), (32, 8), (16, 4), (8, 2)];
     let global_heads = [(64, 8), (32, 4), (16, 2), (8, 1)];
     let blackwell = lookup(Capability::new(10, 0)).unwrap();
-    let others = [(7, 0), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (12, 0), (12, 1)];
+    let others = [
+        (7, 0),
+        (7, 5),
+        (8, 0),
+        (8, 6),
+        (8, 7),
+        (8, 9),
+        (9, 0),
+        (12, 0),
+        (12, 1),
+    ];
     for batch in [1, 8, 32] {
         for q in [1, 128, 2048] {
             for kv in KV_LENS {
@@ -144,7 +158,12 @@ fn num_splits_is_one_on_local_layers_and_rows_without_split_kv() {
                 for (major, minor) in others {
                     let row = lookup(Capability::new(major, minor)).unwrap();
                     for (h, hkv) in global_heads {
-                        assert_eq!(num_splits(row, &shape(batch, q, h, hkv, kv)), 1, "{:?}", row.cc);
+                        assert_eq!(
+                            num_splits(row, &shape(batch, q, h, hkv, kv)),
+                            1,
+                            "{:?}",
+                            row.cc
+                        );
                     }
                 }
             }
@@ -156,19 +175,23 @@ fn num_splits_is_one_on_local_layers_and_rows_without_split_kv() {
 fn split_kv_decode_switch() {
     // (max_query_len, max_kv_len, page_size, window_left, enabled, expected)
     let cases = [
-        (1, 131072, 16, -1, false, false), // disabled
-        (2, 1048576, 128, -1, true, false), // not a decode batch
+        (1, 131072, 16, -1, false, false),   // disabled
+        (2, 1048576, 128, -1, true, false),  // not a decode batch
         (128, 131072, 16, 511, true, false), // not a decode batch
-        (1, 8192, 16, -1, true, true),     // max_kv_len >= 8192
-        (1, 8191, 16, -1, true, false),    // short global, small pages
-        (1, 512, 64, -1, true, true),      // page_size >= 64
-        (1, 512, 32, -1, true, false),     // global, page 32 < 64
-        (1, 512, 32, 511, true, true),     // windowed, page >= 32
-        (1, 512, 16, 511, true, false),    // windowed, page 16 < 32
-        (1, 131072, 16, 511, true, true),  // long cache comes first
+        (1, 8192, 16, -1, true, true),       // max_kv_len >= 8192
+        (1, 8191, 16, -1, true, false),      // short global, small pages
+        (1, 512, 64, -1, true, true),        // page_size >= 64
+        (1, 512, 32, -1, true, false),       // global, page 32 < 64
+        (1, 512, 32, 511, true, true),       // windowed, page >= 32
+        (1, 512, 16, 511, true, false),      // windowed, page 16 < 32
+        (1, 131072, 16, 511, true, true),    // long cache comes first
     ];
     for (q, kv, page, w, enabled, want) in cases {
-        assert_eq!(use_split_kv_decode(q, kv, page, w, enabled), want, "{q} {kv} {page} {w} {enabled}");
+        assert_eq!(
+            use_split_kv_decode(q, kv, page, w, enabled),
+            want,
+            "{q} {kv} {page} {w} {enabled}"
+        );
     }
 }
 
@@ -213,12 +236,30 @@ fn check_ranges(kv: usize, w: i64, splits: usize, expected: &[Option<(usize, usi
     for (r, want) in got.iter().zip(expected) {
         match want {
             Some((start, end)) => {
-                assert!(!r.empty, "split {} of kv {kv} w {w} S {splits} is empty", r.index);
-                assert_eq!((r.start, r.end), (*start, *end), "split {} of kv {kv} w {w}", r.index);
+                assert!(
+                    !r.empty,
+                    "split {} of kv {kv} w {w} S {splits} is empty",
+                    r.index
+                );
+                assert_eq!(
+                    (r.start, r.end),
+                    (*start, *end),
+                    "split {} of kv {kv} w {w}",
+                    r.index
+                );
             }
             None => {
-                assert!(r.empty, "split {} of kv {kv} w {w} S {splits} is not empty", r.index);
-                assert_eq!((r.start, r.end), (kv, kv), "empty split {} sits at Lk", r.index);
+                assert!(
+                    r.empty,
+                    "split {} of kv {kv} w {w} S {splits} is not empty",
+                    r.index
+                );
+                assert_eq!(
+                    (r.start, r.end),
+                    (kv, kv),
+                    "empty split {} sits at Lk",
+                    r.index
+                );
             }
         }
     }
@@ -228,13 +269,35 @@ fn check_ranges(kv: usize, w: i64, splits: usize, expected: &[Option<(usize, usi
 #[test]
 fn decode_split_ranges_by_hand() {
     // global Lk 8192, S 4: eff 8192, ceil(8192/4) = 2048, already a multiple of 32.
-    check_ranges(8192, -1, 4, &[Some((0, 2048)), Some((2048, 4096)), Some((4096, 6144)), Some((6144, 8192))]);
+    check_ranges(
+        8192,
+        -1,
+        4,
+        &[
+            Some((0, 2048)),
+            Some((2048, 4096)),
+            Some((4096, 6144)),
+            Some((6144, 8192)),
+        ],
+    );
     // global Lk 100, S 4: ceil(100/4) = 25 -> 32.
-    check_ranges(100, -1, 4, &[Some((0, 32)), Some((32, 64)), Some((64, 96)), Some((96, 100))]);
+    check_ranges(
+        100,
+        -1,
+        4,
+        &[
+            Some((0, 32)),
+            Some((32, 64)),
+            Some((64, 96)),
+            Some((96, 100)),
+        ],
+    );
     // global Lk 40, S 4: ceil(40/4) = 10 -> 32; 2 * 32 = 64 >= 40 -> splits 2 and 3 empty.
     check_ranges(40, -1, 4, &[Some((0, 32)), Some((32, 40)), None, None]);
     // global Lk 200, S 8: ceil(25) -> 32; split 6 = [192, 200); split 7 starts at 224 >= 200.
-    let mut e: Vec<_> = (0..7).map(|s| Some((s * 32, ((s + 1) * 32).min(200)))).collect();
+    let mut e: Vec<_> = (0..7)
+        .map(|s| Some((s * 32, ((s + 1) * 32).min(200))))
+        .collect();
     e.push(None);
     check_ranges(200, -1, 8, &e);
     // global Lk 1, S 32: split_len 32, only split 0 = [0, 1).
@@ -243,22 +306,54 @@ fn decode_split_ranges_by_hand() {
     check_ranges(1, -1, 32, &e);
     // global Lk 65537, S 32: ceil(65537/32) = 2049 -> ceil(2049/32) = 65 -> 2080;
     // 31 * 2080 = 64480 < 65537, so all 32 are non-empty and the last is [64480, 65537).
-    let e: Vec<_> = (0..32).map(|s| Some((s * 2080, ((s + 1) * 2080).min(65537)))).collect();
+    let e: Vec<_> = (0..32)
+        .map(|s| Some((s * 2080, ((s + 1) * 2080).min(65537))))
+        .collect();
     check_ranges(65537, -1, 32, &e);
     // windowed w 511, Lk 131072, S 4: eff 512, kv_offset 130560, ceil(512/4) = 128.
     check_ranges(
         131072,
         511,
         4,
-        &[Some((130560, 130688)), Some((130688, 130816)), Some((130816, 130944)), Some((130944, 131072))],
+        &[
+            Some((130560, 130688)),
+            Some((130688, 130816)),
+            Some((130816, 130944)),
+            Some((130944, 131072)),
+        ],
     );
     // windowed w 511, Lk 600, S 4: eff 512, kv_offset 88, split_len 128.
-    check_ranges(600, 511, 4, &[Some((88, 216)), Some((216, 344)), Some((344, 472)), Some((472, 600))]);
+    check_ranges(
+        600,
+        511,
+        4,
+        &[
+            Some((88, 216)),
+            Some((216, 344)),
+            Some((344, 472)),
+            Some((472, 600)),
+        ],
+    );
     // windowed w 511, Lk 300, S 3: eff 300, offset 0, ceil(300/3) = 100 -> 128.
-    check_ranges(300, 511, 3, &[Some((0, 128)), Some((128, 256)), Some((256, 300))]);
+    check_ranges(
+        300,
+        511,
+        3,
+        &[Some((0, 128)), Some((128, 256)), Some((256, 300))],
+    );
     // windowed w 99, Lk 530, S 4: eff 100, offset 430, ceil(100/4) = 25 -> 32:
     // [430,462) [462,494) [494,526) [526,530).
-    check_ranges(530, 99, 4, &[Some((430, 462)), Some((462, 494)), Some((494, 526)), Some((526, 530))]);
+    check_ranges(
+        530,
+        99,
+        4,
+        &[
+            Some((430, 462)),
+            Some((462, 494)),
+            Some((494, 526)),
+            Some((526, 530)),
+        ],
+    );
     // Lk 0: eff 0, split_len 0, every split empty.
     check_ranges(0, -1, 2, &[None, None]);
     // No splits, no ranges.
@@ -273,22 +368,37 @@ fn decisions_for_model_shapes() {
     // SM100: num_splits 128 (row above), no decode kernel on this row.
     let d = decide(cc(10, 0), &s);
     assert_eq!(d.path, Some(PathId::ShearedBias));
-    assert_eq!((d.num_splits, d.split_kv_decode, d.decode_splits), (Some(128), false, Some(1)));
+    assert_eq!(
+        (d.num_splits, d.split_kv_decode, d.decode_splits),
+        (Some(128), false, Some(1))
+    );
     assert_eq!(d.max_seqlen_q_bucket, 1);
     // SM90: no split-KV of any kind.
     let d = decide(cc(9, 0), &s);
     assert_eq!(d.path, Some(PathId::ScoreMod));
-    assert_eq!((d.num_splits, d.split_kv_decode, d.decode_splits), (Some(1), false, Some(1)));
+    assert_eq!(
+        (d.num_splits, d.split_kv_decode, d.decode_splits),
+        (Some(1), false, Some(1))
+    );
     // SM80: decode kernel (kv >= 8192), ceil(1048576/2048) = 512 -> 32 splits.
     let d = decide(cc(8, 0), &s);
     assert_eq!(d.path, Some(PathId::Fallback));
-    assert_eq!((d.num_splits, d.split_kv_decode, d.decode_splits), (Some(1), true, Some(32)));
+    assert_eq!(
+        (d.num_splits, d.split_kv_decode, d.decode_splits),
+        (Some(1), true, Some(32))
+    );
     // SM89 local decode, window 511: kv >= 8192 -> decode kernel, min(4, ceil(512/128)) = 4.
     let d = decide(cc(8, 9), &local(8, 1, 8, 2, 131072));
-    assert_eq!((d.num_splits, d.split_kv_decode, d.decode_splits), (Some(1), true, Some(4)));
+    assert_eq!(
+        (d.num_splits, d.split_kv_decode, d.decode_splits),
+        (Some(1), true, Some(4))
+    );
     // SM86 prefill (q 2048): no decode kernel, bucket 2048.
     let d = decide(cc(8, 6), &shape(1, 2048, 64, 8, 8192));
-    assert_eq!((d.split_kv_decode, d.decode_splits, d.max_seqlen_q_bucket), (false, Some(1), 2048));
+    assert_eq!(
+        (d.split_kv_decode, d.decode_splits, d.max_seqlen_q_bucket),
+        (false, Some(1), 2048)
+    );
     // SM121: rejected, bucket still reported (q 9 -> 16).
     let d = decide(cc(12, 1), &shape(8, 9, 8, 1, 131072));
     assert!(d.rejected);
@@ -334,9 +444,18 @@ fn shape_validation() {
         shape(1, 1, 8, 3, 512),
         shape(1, 1024, 8, 1, 512),
         shape(1, 1, 8, 1, 1 << 31),
-        Shape { window_left: 511, ..shape(1, 1, 8, 1, 512) },
-        Shape { window_left: -1, ..local(1, 1, 8, 2, 512) },
-        Shape { page_size: 0, ..shape(1, 1, 8, 1, 512) },
+        Shape {
+            window_left: 511,
+            ..shape(1, 1, 8, 1, 512)
+        },
+        Shape {
+            window_left: -1,
+            ..local(1, 1, 8, 2, 512)
+        },
+        Shape {
+            page_size: 0,
+            ..shape(1, 1, 8, 1, 512)
+        },
     ];
     for s in bad {
         assert!(s.validate().is_err(), "{s:?} must be invalid");

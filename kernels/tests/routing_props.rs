@@ -21,7 +21,14 @@ fn any_shape() -> impl Strategy<Value = Shape> {
         1usize..=128,
         1usize..=128,
         len,
-        prop_oneof![Just(16usize), Just(32), Just(64), Just(128), Just(256), 1usize..=1024],
+        prop_oneof![
+            Just(16usize),
+            Just(32),
+            Just(64),
+            Just(128),
+            Just(256),
+            1usize..=1024
+        ],
         prop_oneof![Just(-1i64), 0i64..=(i32::MAX as i64)],
     )
         .prop_map(|(batch, q, h, hkv, kv, page, w)| Shape {
@@ -186,7 +193,10 @@ fn every_capability_of_the_grid_routes_only_to_paged_paths() {
                 if let Outcome::Route(_) = row.outcome {
                     assert!(row.paged_kv_forward, "{cc} routes without a paged forward");
                 } else {
-                    assert!(!row.split_kv && !row.split_kv_decode, "rejected {cc} has split flags");
+                    assert!(
+                        !row.split_kv && !row.split_kv_decode,
+                        "rejected {cc} has split flags"
+                    );
                 }
             }
         }
@@ -199,12 +209,25 @@ fn table_rows_agree_with_their_paths() {
         if let Outcome::Route(path) = row.outcome {
             // Only the sheared path splits its main kernel, only the fallback has a decode kernel.
             assert_eq!(row.split_kv, path == PathId::ShearedBias, "{:?}", row.cc);
-            assert_eq!(row.split_kv_decode, path == PathId::Fallback, "{:?}", row.cc);
-            assert_eq!(row.sheared_bias, path == PathId::ShearedBias, "{:?}", row.cc);
+            assert_eq!(
+                row.split_kv_decode,
+                path == PathId::Fallback,
+                "{:?}",
+                row.cc
+            );
+            assert_eq!(
+                row.sheared_bias,
+                path == PathId::ShearedBias,
+                "{:?}",
+                row.cc
+            );
         }
     }
     let mut ccs: Vec<_> = table().iter().map(|r| r.cc).collect();
     ccs.dedup();
     assert_eq!(ccs.len(), table().len(), "one row per capability");
-    assert!(ccs.windows(2).all(|w| w[0] < w[1]), "rows in capability order");
+    assert!(
+        ccs.windows(2).all(|w| w[0] < w[1]),
+        "rows in capability order"
+    );
 }

@@ -5,31 +5,33 @@ use relattn_kernels::routing::{
     check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathId, Shape,
 };
 
-/// (cc, path or None for rejected, paged_kv_forward, split_kv, split_kv_decode, sheared_bias)
-const EXPECTED: [((u32, u32), Option<&str>, bool, bool, bool, bool); 12] = [
+/// Path (None = rejected), then paged_kv_forward, split_kv, split_kv_decode, sheared_bias.
+type Flags = (Option<&'static str>, bool, bool, bool, bool);
+
+const EXPECTED: [((u32, u32), Flags); 12] = [
     // Below SM80: rejected, nothing available.
-    ((7, 0), None, false, false, false, false),
-    ((7, 5), None, false, false, false, false),
+    ((7, 0), (None, false, false, false, false)),
+    ((7, 5), (None, false, false, false, false)),
     // Ampere/Ada: fallback, paged, no main split-KV, two-stage decode.
-    ((8, 0), Some("fallback"), true, false, true, false),
-    ((8, 6), Some("fallback"), true, false, true, false),
-    ((8, 7), Some("fallback"), true, false, true, false),
-    ((8, 9), Some("fallback"), true, false, true, false),
+    ((8, 0), (Some("fallback"), true, false, true, false)),
+    ((8, 6), (Some("fallback"), true, false, true, false)),
+    ((8, 7), (Some("fallback"), true, false, true, false)),
+    ((8, 9), (Some("fallback"), true, false, true, false)),
     // Hopper: score_mod, paged, no split-KV at all.
-    ((9, 0), Some("score_mod"), true, false, false, false),
+    ((9, 0), (Some("score_mod"), true, false, false, false)),
     // Blackwell datacenter: sheared_bias with split-KV.
-    ((10, 0), Some("sheared_bias"), true, true, false, true),
-    ((10, 3), Some("sheared_bias"), true, true, false, true),
-    ((11, 0), Some("sheared_bias"), true, true, false, true),
+    ((10, 0), (Some("sheared_bias"), true, true, false, true)),
+    ((10, 3), (Some("sheared_bias"), true, true, false, true)),
+    ((11, 0), (Some("sheared_bias"), true, true, false, true)),
     // SM12x: rejected, no paged-KV forward.
-    ((12, 0), None, false, false, false, false),
-    ((12, 1), None, false, false, false, false),
+    ((12, 0), (None, false, false, false, false)),
+    ((12, 1), (None, false, false, false, false)),
 ];
 
 #[test]
 fn every_row_matches_spec_section_3() {
     assert_eq!(table().len(), EXPECTED.len(), "table rows");
-    for ((major, minor), path, paged, split, decode, sheared) in EXPECTED {
+    for ((major, minor), (path, paged, split, decode, sheared)) in EXPECTED {
         let cc = Capability::new(major, minor);
         let row = lookup(cc).unwrap_or_else(|| panic!("no row for {cc}"));
         assert_eq!(row.cc, cc);
@@ -55,7 +57,11 @@ fn families_are_named() {
     assert_eq!(family(9, 0), "Hopper");
     assert!(family(10, 0).starts_with("Blackwell"));
     assert!(family(12, 1).starts_with("Blackwell"));
-    assert_ne!(family(10, 0), family(12, 1), "SM12x is a different family from SM10x");
+    assert_ne!(
+        family(10, 0),
+        family(12, 1),
+        "SM12x is a different family from SM10x"
+    );
 }
 
 #[test]
@@ -79,7 +85,12 @@ fn pre_ampere_rejection_says_why() {
 
 #[test]
 fn unknown_capabilities_have_no_route() {
-    for (major, minor, text) in [(6, 0, "6.0"), (13, 0, "13.0"), (10, 1, "10.1"), (9, 9, "9.9")] {
+    for (major, minor, text) in [
+        (6, 0, "6.0"),
+        (13, 0, "13.0"),
+        (10, 1, "10.1"),
+        (9, 9, "9.9"),
+    ] {
         let cc = Capability::new(major, minor);
         assert!(lookup(cc).is_none(), "{cc} must not be in the table");
         let err = route(cc).unwrap_err();
@@ -97,7 +108,10 @@ fn unknown_capabilities_have_no_route() {
         let d = decide(cc, &shape);
         assert!(d.rejected);
         assert_eq!(d.path, None);
-        assert_eq!(d.reason.as_deref(), Some(format!("no route for SM {text}").as_str()));
+        assert_eq!(
+            d.reason.as_deref(),
+            Some(format!("no route for SM {text}").as_str())
+        );
         assert_eq!(d.num_splits, None);
         assert_eq!(d.decode_splits, None);
         assert!(!d.split_kv_decode);
@@ -121,15 +135,23 @@ fn capability_parses_displays_and_serialises_as_text() {
         let cc: Capability = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(cc, Capability::new(major, minor), "{text}");
     }
-    for bad in ["", "9", "9.", ".0", "x.y", "9.0.1", "-9.0", "sm_", "9,0", "99999.0"] {
+    for bad in [
+        "", "9", "9.", ".0", "x.y", "9.0.1", "-9.0", "sm_", "9,0", "99999.0",
+    ] {
         assert!(bad.parse::<Capability>().is_err(), "{bad:?} must not parse");
     }
     assert_eq!(Capability::new(12, 1).to_string(), "12.1");
     assert_eq!(Capability::new(9, 0).sm_name(), "sm_90");
-    assert_eq!(serde_json::to_string(&Capability::new(9, 0)).unwrap(), "\"9.0\"");
+    assert_eq!(
+        serde_json::to_string(&Capability::new(9, 0)).unwrap(),
+        "\"9.0\""
+    );
     let back: Capability = serde_json::from_str("\"10.3\"").unwrap();
     assert_eq!(back, Capability::new(10, 3));
-    assert!(serde_json::from_str::<Capability>("9.0").is_err(), "a number is not a capability");
+    assert!(
+        serde_json::from_str::<Capability>("9.0").is_err(),
+        "a number is not a capability"
+    );
 }
 
 #[test]
@@ -140,7 +162,10 @@ fn path_ids_round_trip() {
         assert_eq!(p.to_string(), name);
         assert_eq!(name.parse::<PathId>().unwrap(), p);
         assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{name}\""));
-        assert_eq!(serde_json::from_str::<PathId>(&format!("\"{name}\"")).unwrap(), p);
+        assert_eq!(
+            serde_json::from_str::<PathId>(&format!("\"{name}\"")).unwrap(),
+            p
+        );
     }
     assert!("Fallback".parse::<PathId>().is_err());
     assert!("flash".parse::<PathId>().is_err());
@@ -158,7 +183,11 @@ fn path_specs_are_the_spec_constraints() {
         let s = path_spec(path);
         assert_eq!(s.path, path);
         assert_eq!(
-            (s.main_split_kv, s.split_kv_decode, s.requires_extent_multiple_of_128),
+            (
+                s.main_split_kv,
+                s.split_kv_decode,
+                s.requires_extent_multiple_of_128
+            ),
             (main, decode, e128),
             "{path}"
         );

@@ -50,7 +50,10 @@ pub struct TrialPlan {
 
 impl Case {
     pub fn layer(&self) -> Layer {
-        Layer { extent: self.spec.rel_extent, window_left: self.spec.window_left }
+        Layer {
+            extent: self.spec.rel_extent,
+            window_left: self.spec.window_left,
+        }
     }
 
     pub fn is_local(&self) -> bool {
@@ -92,7 +95,11 @@ impl Case {
             let prefix = kv_len.saturating_sub(q_len) as u64;
             for i in 0..q_len as u64 {
                 let last = prefix + i;
-                pairs += if window >= 0 { last.min(window as u64) + 1 } else { last + 1 };
+                pairs += if window >= 0 {
+                    last.min(window as u64) + 1
+                } else {
+                    last + 1
+                };
             }
         }
         pairs
@@ -125,7 +132,10 @@ impl Case {
         if let Some(reason) = self.excluded.get(path) {
             return Some(reason);
         }
-        self.excluded_splits.get(path).and_then(|m| m.get(&split)).map(String::as_str)
+        self.excluded_splits
+            .get(path)
+            .and_then(|m| m.get(&split))
+            .map(String::as_str)
     }
 
     /// Every (path, split) trial of this case, in path then split order, runnable or not.
@@ -166,7 +176,10 @@ impl Case {
             ("max_kv_len", self.max_kv_len().to_string()),
             ("padding_rows", s.padding_rows.to_string()),
             ("splits", splits.join(" ")),
-            ("sample_rows", self.sample_rows.map_or(String::new(), |n| n.to_string())),
+            (
+                "sample_rows",
+                self.sample_rows.map_or(String::new(), |n| n.to_string()),
+            ),
             ("regression", self.regression.clone().unwrap_or_default()),
         ]
     }
@@ -195,7 +208,11 @@ fn pages_name(pages: PageMode) -> &'static str {
 /// Changing this text changes every id (and breaks baselines keyed by id): bump the `v1`.
 pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
     let mut s = String::from("relattn-case-v1");
-    let requests: Vec<String> = spec.requests.iter().map(|(q, k)| format!("{q}:{k}")).collect();
+    let requests: Vec<String> = spec
+        .requests
+        .iter()
+        .map(|(q, k)| format!("{q}:{k}"))
+        .collect();
     let _ = write!(
         s,
         ";dtype={};h={};hkv={};d={};e={};w={};scale={:016x};page={};layout={};requests={};\

@@ -21,7 +21,12 @@ pub enum MatrixError {
     Parse { file: String, message: String },
 
     #[error("{file}: {key} = {value}: {reason}")]
-    BadValue { file: String, key: String, value: String, reason: String },
+    BadValue {
+        file: String,
+        key: String,
+        value: String,
+        reason: String,
+    },
 
     #[error(
         "{file}: the matrix expands to zero cases; add a [[group]] with at least `layers`, \
@@ -33,12 +38,23 @@ pub enum MatrixError {
         "{file}: case {id} is produced twice with different {what} ({first} vs {second}); \
          make the two groups differ in a parameter or agree on {what}"
     )]
-    ConflictingDuplicate { file: String, id: String, what: String, first: String, second: String },
+    ConflictingDuplicate {
+        file: String,
+        id: String,
+        what: String,
+        first: String,
+        second: String,
+    },
 
     #[error(
         "{file}: cases `{first}` and `{second}` hash to the same id {id}; change a seed of one"
     )]
-    IdCollision { file: String, id: String, first: String, second: String },
+    IdCollision {
+        file: String,
+        id: String,
+        first: String,
+        second: String,
+    },
 
     #[error("bad shard `{value}`: {reason} (write K/N with 1 <= K <= N, e.g. 2/8)")]
     Shard { value: String, reason: String },

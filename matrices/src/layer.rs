@@ -12,12 +12,18 @@ pub struct Layer {
 
 impl Layer {
     pub fn global(extent: usize) -> Layer {
-        Layer { extent, window_left: -1 }
+        Layer {
+            extent,
+            window_left: -1,
+        }
     }
 
     /// The model's local layer: window `extent - 1`, so every visible key carries a bias.
     pub fn local(extent: usize) -> Layer {
-        Layer { extent, window_left: extent as i64 - 1 }
+        Layer {
+            extent,
+            window_left: extent as i64 - 1,
+        }
     }
 
     pub fn is_local(&self) -> bool {
@@ -57,7 +63,10 @@ impl FromStr for Layer {
             Layer::global(number(rest)?)
         } else if let Some(rest) = s.strip_prefix("local_e") {
             match rest.split_once("_w") {
-                Some((e, w)) => Layer { extent: number(e)?, window_left: number(w)? as i64 },
+                Some((e, w)) => Layer {
+                    extent: number(e)?,
+                    window_left: number(w)? as i64,
+                },
                 None => Layer::local(number(rest)?),
             }
         } else {

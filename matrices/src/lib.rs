@@ -8,6 +8,7 @@
 
 mod case;
 mod error;
+mod group;
 mod layer;
 mod matrix;
 mod mixes;
@@ -35,33 +36,102 @@ pub const TIERS: &[&str] = &["smoke", "ci", "nightly", "regressions"];
 /// The bug classes of SPEC section 5 (items 1-8, then the "plausible classes"), each with the
 /// bug it stands for. Every class has exactly one case in the `regressions` tier.
 pub const REGRESSION_CLASSES: &[(&str, &str)] = &[
-    ("wrong_arch_entry", "an architecture handed another architecture's kernel entry (5.1)"),
-    ("split_kv_without_support", "split-KV reaching an architecture without it (5.2)"),
-    ("capability_misclassified", "a capability family sent to the wrong path (5.3)"),
-    ("late_unsupported_arch", "an unsupported architecture failing after the work began (5.4)"),
-    ("rel_logits_padding_rows_read", "rel_logits read from tile padding rows (5.5)"),
-    ("softmax_reset_per_block", "online-softmax state reset per KV block (5.6)"),
-    ("nan_from_unused_pages", "NaN from unused or pre-window pages (5.7)"),
-    ("empty_split_partials", "empty splits publishing uninitialised partials (5.7)"),
-    ("warmup_all_zero_table", "warm-up shape: all-zero block table (5.8)"),
-    ("warmup_prefill_128x16", "warm-up shape: 128 x 16-token prefills (5.8)"),
-    ("warmup_decode8_prefill9", "warm-up shape: 8 decodes and one prefill (5.8)"),
-    ("warmup_spec_verify9", "warm-up shape: speculative verify, q_len 9 bucketed to 16 (5.8)"),
-    ("rel_index_off_by_one", "relative index d - 1, d == E, or reversed rows"),
-    ("wrong_query_offset", "i instead of P + i, or another request's Lk"),
-    ("wrong_rel_logits_row", "local row instead of packed row of rel_logits"),
-    ("wrong_rel_logits_head", "KV head instead of query head of rel_logits"),
-    ("zero_len_requests", "zero-length requests in the middle of the batch"),
-    ("shuffled_pages", "page table read as if pages were in order"),
-    ("no_page_slack", "reads past the last page when the table has no slack"),
-    ("offset_over_2_31", "cache offsets past 2^31 elements in 32-bit arithmetic"),
+    (
+        "wrong_arch_entry",
+        "an architecture handed another architecture's kernel entry (5.1)",
+    ),
+    (
+        "split_kv_without_support",
+        "split-KV reaching an architecture without it (5.2)",
+    ),
+    (
+        "capability_misclassified",
+        "a capability family sent to the wrong path (5.3)",
+    ),
+    (
+        "late_unsupported_arch",
+        "an unsupported architecture failing after the work began (5.4)",
+    ),
+    (
+        "rel_logits_padding_rows_read",
+        "rel_logits read from tile padding rows (5.5)",
+    ),
+    (
+        "softmax_reset_per_block",
+        "online-softmax state reset per KV block (5.6)",
+    ),
+    (
+        "nan_from_unused_pages",
+        "NaN from unused or pre-window pages (5.7)",
+    ),
+    (
+        "empty_split_partials",
+        "empty splits publishing uninitialised partials (5.7)",
+    ),
+    (
+        "warmup_all_zero_table",
+        "warm-up shape: all-zero block table (5.8)",
+    ),
+    (
+        "warmup_prefill_128x16",
+        "warm-up shape: 128 x 16-token prefills (5.8)",
+    ),
+    (
+        "warmup_decode8_prefill9",
+        "warm-up shape: 8 decodes and one prefill (5.8)",
+    ),
+    (
+        "warmup_spec_verify9",
+        "warm-up shape: speculative verify, q_len 9 bucketed to 16 (5.8)",
+    ),
+    (
+        "rel_index_off_by_one",
+        "relative index d - 1, d == E, or reversed rows",
+    ),
+    (
+        "wrong_query_offset",
+        "i instead of P + i, or another request's Lk",
+    ),
+    (
+        "wrong_rel_logits_row",
+        "local row instead of packed row of rel_logits",
+    ),
+    (
+        "wrong_rel_logits_head",
+        "KV head instead of query head of rel_logits",
+    ),
+    (
+        "zero_len_requests",
+        "zero-length requests in the middle of the batch",
+    ),
+    (
+        "shuffled_pages",
+        "page table read as if pages were in order",
+    ),
+    (
+        "no_page_slack",
+        "reads past the last page when the table has no slack",
+    ),
+    (
+        "offset_over_2_31",
+        "cache offsets past 2^31 elements in 32-bit arithmetic",
+    ),
     ("large_pages", "page sizes other than 16 (up to 256)"),
-    ("split_missing_rescale", "split combine without the max rescale"),
+    (
+        "split_missing_rescale",
+        "split combine without the max rescale",
+    ),
     ("more_splits_than_tiles", "more KV splits than key tiles"),
-    ("window_off_by_one", "window edge off by one at page and tile edges"),
+    (
+        "window_off_by_one",
+        "window edge off by one at page and tile edges",
+    ),
     ("gqa_mapping", "h % Hkv instead of h / G"),
     ("bias_times_scale", "bias multiplied by the softmax scale"),
-    ("clamp_without_zero_select", "clamped bias index without selecting 0 at d >= E"),
+    (
+        "clamp_without_zero_select",
+        "clamped bias index without selecting 0 at d >= E",
+    ),
     ("bf16_accumulation", "accumulating in bf16 instead of fp32"),
     ("padding_row_writes", "writes to padding rows"),
 ];
@@ -89,9 +159,13 @@ pub fn load_tier(name: &str) -> Result<Matrix, MatrixError> {
 pub fn load_file(path: impl AsRef<Path>) -> Result<Matrix, MatrixError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| MatrixError::Io { file: file.clone(), source })?;
-    let stem = path.file_stem().map_or(file.clone(), |s| s.to_string_lossy().into_owned());
+    let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Io {
+        file: file.clone(),
+        source,
+    })?;
+    let stem = path
+        .file_stem()
+        .map_or(file.clone(), |s| s.to_string_lossy().into_owned());
     Matrix::parse(&text, &stem, &file)
 }
 
@@ -104,5 +178,8 @@ pub fn load(name_or_path: &str) -> Result<Matrix, MatrixError> {
     if path.exists() || name_or_path.ends_with(".toml") || name_or_path.contains('/') {
         return load_file(path);
     }
-    Err(MatrixError::UnknownTier { name: name_or_path.to_string(), known: TIERS.join(", ") })
+    Err(MatrixError::UnknownTier {
+        name: name_or_path.to_string(),
+        known: TIERS.join(", "),
+    })
 }

@@ -35,24 +35,96 @@ impl Mix {
 
 /// Every named mix, in the order `relattn matrix` lists them.
 pub static MIXES: &[Mix] = &[
-    Mix { name: "decode", about: "decode only, Lk from 1 to 1500", build: decode },
-    Mix { name: "prefill", about: "full prefills (P = 0), last one not a tile multiple", build: prefill },
-    Mix { name: "chunked", about: "chunked prefill: new tokens over a cached prefix", build: chunked },
-    Mix { name: "mixed", about: "decodes, a full prefill and a chunk in one batch", build: mixed },
-    Mix { name: "zero_len_middle", about: "requests with Lq = 0 between real ones", build: zero_len_middle },
-    Mix { name: "all_zero_table", about: "every block-table entry 0 (warm-up shape)", build: all_zero_table },
-    Mix { name: "prefill_128x16", about: "128 prefills of 16 tokens (warm-up shape)", build: prefill_128x16 },
-    Mix { name: "decode8_prefill9", about: "8 decodes and one (Lq 8, Lk 9) prefill", build: decode8_prefill9 },
-    Mix { name: "spec_verify9", about: "speculative verify, q_len 9 (bucketed to 16)", build: spec_verify9 },
-    Mix { name: "extent_edges", about: "Lk at E - 1, E and E + 1", build: extent_edges },
-    Mix { name: "tile_edges", about: "Lk and Lq at 127, 128, 129", build: tile_edges },
-    Mix { name: "window_edges", about: "first visible key at page and tile edges", build: window_edges },
-    Mix { name: "decode_8193", about: "decode at Lk 8193 next to short ones (empty splits)", build: decode_8193 },
-    Mix { name: "padding", about: "13 NaN padding rows after the last request", build: padding },
-    Mix { name: "long_decode_128k", about: "decodes over 131072 keys, sampled rows", build: long_decode_128k },
-    Mix { name: "long_chunk_128k", about: "a 2048-token chunk over 131072 keys, sampled rows", build: long_chunk_128k },
-    Mix { name: "long_decode_1m", about: "decodes over 1048576 keys, sampled rows", build: long_decode_1m },
-    Mix { name: "long_chunk_1m", about: "a 2048-token chunk over 1048576 keys, sampled rows", build: long_chunk_1m },
+    Mix {
+        name: "decode",
+        about: "decode only, Lk from 1 to 1500",
+        build: decode,
+    },
+    Mix {
+        name: "prefill",
+        about: "full prefills (P = 0), last one not a tile multiple",
+        build: prefill,
+    },
+    Mix {
+        name: "chunked",
+        about: "chunked prefill: new tokens over a cached prefix",
+        build: chunked,
+    },
+    Mix {
+        name: "mixed",
+        about: "decodes, a full prefill and a chunk in one batch",
+        build: mixed,
+    },
+    Mix {
+        name: "zero_len_middle",
+        about: "requests with Lq = 0 between real ones",
+        build: zero_len_middle,
+    },
+    Mix {
+        name: "all_zero_table",
+        about: "every block-table entry 0 (warm-up shape)",
+        build: all_zero_table,
+    },
+    Mix {
+        name: "prefill_128x16",
+        about: "128 prefills of 16 tokens (warm-up shape)",
+        build: prefill_128x16,
+    },
+    Mix {
+        name: "decode8_prefill9",
+        about: "8 decodes and one (Lq 8, Lk 9) prefill",
+        build: decode8_prefill9,
+    },
+    Mix {
+        name: "spec_verify9",
+        about: "speculative verify, q_len 9 (bucketed to 16)",
+        build: spec_verify9,
+    },
+    Mix {
+        name: "extent_edges",
+        about: "Lk at E - 1, E and E + 1",
+        build: extent_edges,
+    },
+    Mix {
+        name: "tile_edges",
+        about: "Lk and Lq at 127, 128, 129",
+        build: tile_edges,
+    },
+    Mix {
+        name: "window_edges",
+        about: "first visible key at page and tile edges",
+        build: window_edges,
+    },
+    Mix {
+        name: "decode_8193",
+        about: "decode at Lk 8193 next to short ones (empty splits)",
+        build: decode_8193,
+    },
+    Mix {
+        name: "padding",
+        about: "13 NaN padding rows after the last request",
+        build: padding,
+    },
+    Mix {
+        name: "long_decode_128k",
+        about: "decodes over 131072 keys, sampled rows",
+        build: long_decode_128k,
+    },
+    Mix {
+        name: "long_chunk_128k",
+        about: "a 2048-token chunk over 131072 keys, sampled rows",
+        build: long_chunk_128k,
+    },
+    Mix {
+        name: "long_decode_1m",
+        about: "decodes over 1048576 keys, sampled rows",
+        build: long_decode_1m,
+    },
+    Mix {
+        name: "long_chunk_1m",
+        about: "a 2048-token chunk over 1048576 keys, sampled rows",
+        build: long_chunk_1m,
+    },
 ];
 
 /// The mix called `name`.
@@ -72,7 +144,10 @@ fn shape(requests: &[(usize, usize)]) -> MixShape {
 }
 
 fn sampled(requests: &[(usize, usize)], rows: usize) -> MixShape {
-    MixShape { sample_rows: Some(rows), ..shape(requests) }
+    MixShape {
+        sample_rows: Some(rows),
+        ..shape(requests)
+    }
 }
 
 fn decode(_: Layer) -> MixShape {
@@ -96,7 +171,10 @@ fn zero_len_middle(_: Layer) -> MixShape {
 }
 
 fn all_zero_table(_: Layer) -> MixShape {
-    MixShape { pages: PageMode::AllZero, ..shape(&[(16, 16), (1, 40), (8, 100), (0, 30), (1, 1)]) }
+    MixShape {
+        pages: PageMode::AllZero,
+        ..shape(&[(16, 16), (1, 40), (8, 100), (0, 30), (1, 1)])
+    }
 }
 
 fn prefill_128x16(_: Layer) -> MixShape {
@@ -104,7 +182,17 @@ fn prefill_128x16(_: Layer) -> MixShape {
 }
 
 fn decode8_prefill9(_: Layer) -> MixShape {
-    shape(&[(1, 30), (1, 200), (1, 513), (1, 1), (1, 1025), (1, 64), (1, 129), (1, 900), (8, 9)])
+    shape(&[
+        (1, 30),
+        (1, 200),
+        (1, 513),
+        (1, 1),
+        (1, 1025),
+        (1, 64),
+        (1, 129),
+        (1, 900),
+        (8, 9),
+    ])
 }
 
 fn spec_verify9(_: Layer) -> MixShape {
@@ -113,11 +201,24 @@ fn spec_verify9(_: Layer) -> MixShape {
 
 fn extent_edges(layer: Layer) -> MixShape {
     let e = layer.extent;
-    shape(&[(1, e.saturating_sub(1)), (1, e), (1, e + 1), (3, e + 1), (2, e)])
+    shape(&[
+        (1, e.saturating_sub(1)),
+        (1, e),
+        (1, e + 1),
+        (3, e + 1),
+        (2, e),
+    ])
 }
 
 fn tile_edges(_: Layer) -> MixShape {
-    shape(&[(1, 127), (1, 128), (1, 129), (127, 127), (128, 128), (129, 129)])
+    shape(&[
+        (1, 127),
+        (1, 128),
+        (1, 129),
+        (127, 127),
+        (128, 128),
+        (129, 129),
+    ])
 }
 
 /// Decodes whose oldest visible key sits just before, on and after page (16) and tile (128)
@@ -140,7 +241,10 @@ fn decode_8193(_: Layer) -> MixShape {
 }
 
 fn padding(_: Layer) -> MixShape {
-    MixShape { padding_rows: 13, ..shape(&[(3, 50), (1, 400), (20, 20)]) }
+    MixShape {
+        padding_rows: 13,
+        ..shape(&[(3, 50), (1, 400), (20, 20)])
+    }
 }
 
 fn long_decode_128k(_: Layer) -> MixShape {

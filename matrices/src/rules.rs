@@ -100,8 +100,10 @@ impl Rules {
     }
 
     pub fn parse(text: &str, file: &str) -> Result<Rules, MatrixError> {
-        let raw: RawRules = toml::from_str(text)
-            .map_err(|e| MatrixError::Parse { file: file.to_string(), message: e.to_string() })?;
+        let raw: RawRules = toml::from_str(text).map_err(|e| MatrixError::Parse {
+            file: file.to_string(),
+            message: e.to_string(),
+        })?;
         let mut rules = Vec::new();
         for (i, r) in raw.rule.into_iter().enumerate() {
             rules.push(rule(file, i + 1, r)?);
@@ -117,7 +119,8 @@ impl Rules {
             let rules = || self.0.iter().filter(|r| r.paths.contains(&path));
             if let Some(reason) = rules().find_map(|r| r.case_breaks(case).map(|d| (r, d))) {
                 let (rule, detail) = reason;
-                case.excluded.insert(path.to_string(), format!("{} ({detail})", rule.reason));
+                case.excluded
+                    .insert(path.to_string(), format!("{} ({detail})", rule.reason));
                 continue;
             }
             for &split in &case.splits {
@@ -142,20 +145,40 @@ fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
             Some(known) => paths.push(*known),
             None => {
                 let reason = format!("unknown path (expected one of {})", PATHS.join(", "));
-                return Err(MatrixError::bad(file, key("paths"), format!("{p:?}"), reason));
+                return Err(MatrixError::bad(
+                    file,
+                    key("paths"),
+                    format!("{p:?}"),
+                    reason,
+                ));
             }
         }
     }
     if paths.is_empty() {
-        return Err(MatrixError::bad(file, key("paths"), "[]", "name at least one path"));
+        return Err(MatrixError::bad(
+            file,
+            key("paths"),
+            "[]",
+            "name at least one path",
+        ));
     }
     if r.reason.trim().is_empty() {
-        return Err(MatrixError::bad(file, key("reason"), "\"\"", "say why the path needs this"));
+        return Err(MatrixError::bad(
+            file,
+            key("reason"),
+            "\"\"",
+            "say why the path needs this",
+        ));
     }
     let mut found = Vec::new();
     if let Some(n) = r.extent_multiple_of {
         if n == 0 {
-            return Err(MatrixError::bad(file, key("extent_multiple_of"), 0, "must be >= 1"));
+            return Err(MatrixError::bad(
+                file,
+                key("extent_multiple_of"),
+                0,
+                "must be >= 1",
+            ));
         }
         found.push(Requirement::ExtentMultipleOf(n));
     }
@@ -165,7 +188,9 @@ fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
     if let Some(list) = &r.dtypes {
         let mut dtypes = Vec::new();
         for d in list {
-            let dtype = d.parse().map_err(|e: String| MatrixError::bad(file, key("dtypes"), d, e))?;
+            let dtype = d
+                .parse()
+                .map_err(|e: String| MatrixError::bad(file, key("dtypes"), d, e))?;
             dtypes.push(dtype);
         }
         found.push(Requirement::DTypes(dtypes));
@@ -175,7 +200,12 @@ fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
     }
     if let Some(n) = r.max_forced_splits {
         if n == 0 {
-            return Err(MatrixError::bad(file, key("max_forced_splits"), 0, "must be >= 1"));
+            return Err(MatrixError::bad(
+                file,
+                key("max_forced_splits"),
+                0,
+                "must be >= 1",
+            ));
         }
         found.push(Requirement::MaxForcedSplits(n));
     }
@@ -186,8 +216,17 @@ fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
         let reason = "a rule states exactly one requirement (extent_multiple_of, \
                       local_window_is_extent_minus_one, dtypes, head_dims, max_forced_splits or \
                       forced_splits_decode_only)";
-        return Err(MatrixError::bad(file, format!("[[rule]] #{index}"), found.len(), reason));
+        return Err(MatrixError::bad(
+            file,
+            format!("[[rule]] #{index}"),
+            found.len(),
+            reason,
+        ));
     }
     let requirement = found.remove(0);
-    Ok(Rule { paths, reason: r.reason, requirement })
+    Ok(Rule {
+        paths,
+        reason: r.reason,
+        requirement,
+    })
 }

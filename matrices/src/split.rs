@@ -107,11 +107,26 @@ impl fmt::Display for Shard {
 impl FromStr for Shard {
     type Err = MatrixError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |reason: &str| MatrixError::Shard { value: s.to_string(), reason: reason.into() };
+        let bad = |reason: &str| MatrixError::Shard {
+            value: s.to_string(),
+            reason: reason.into(),
+        };
         let (k, n) = s.split_once('/').ok_or_else(|| bad("no `/`"))?;
-        let k = k.trim().parse().map_err(|_| bad("K is not a whole number"))?;
-        let n = n.trim().parse().map_err(|_| bad("N is not a whole number"))?;
-        Shard::new(k, n).map_err(|_| bad(if n == 0 { "N must be at least 1" } else { "K must be in 1..=N" }))
+        let k = k
+            .trim()
+            .parse()
+            .map_err(|_| bad("K is not a whole number"))?;
+        let n = n
+            .trim()
+            .parse()
+            .map_err(|_| bad("N is not a whole number"))?;
+        Shard::new(k, n).map_err(|_| {
+            bad(if n == 0 {
+                "N must be at least 1"
+            } else {
+                "K must be in 1..=N"
+            })
+        })
     }
 }
 
@@ -128,5 +143,9 @@ pub fn shard(cases: &[Case], k: usize, n: usize) -> Vec<Case> {
     let mut ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
     ids.sort_unstable();
     let rank: HashMap<&str, usize> = ids.iter().enumerate().map(|(r, id)| (*id, r)).collect();
-    cases.iter().filter(|c| rank[c.id.as_str()] % n == k - 1).cloned().collect()
+    cases
+        .iter()
+        .filter(|c| rank[c.id.as_str()] % n == k - 1)
+        .cloned()
+        .collect()
 }

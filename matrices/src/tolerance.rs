@@ -43,12 +43,20 @@ pub(crate) fn defaults() -> Result<Tolerances, MatrixError> {
         file: DEFAULTS_FILE.to_string(),
         message: e.to_string(),
     })?;
-    let base = Tolerance { rtol: f64::NAN, atol: f64::NAN, atol2: f64::NAN, rtol2: f64::NAN };
+    let base = Tolerance {
+        rtol: f64::NAN,
+        atol: f64::NAN,
+        atol2: f64::NAN,
+        rtol2: f64::NAN,
+    };
     let start = DType::ALL.iter().map(|&d| (d, base)).collect();
     let out = apply(DEFAULTS_FILE, start, &file.tolerance)?;
     for dtype in DType::ALL {
         let t = out[&dtype];
-        if [t.rtol, t.atol, t.atol2, t.rtol2].iter().any(|x| x.is_nan()) {
+        if [t.rtol, t.atol, t.atol2, t.rtol2]
+            .iter()
+            .any(|x| x.is_nan())
+        {
             return Err(MatrixError::bad(
                 DEFAULTS_FILE,
                 format!("tolerance.{dtype}"),
@@ -70,7 +78,9 @@ pub(crate) fn apply(
         let dtype: DType = name
             .parse()
             .map_err(|reason: String| MatrixError::bad(file, "tolerance", name, reason))?;
-        let t = base.get_mut(&dtype).expect("every dtype has a base tolerance");
+        let t = base
+            .get_mut(&dtype)
+            .expect("every dtype has a base tolerance");
         let fields = [
             ("rtol", table.rtol, &mut t.rtol, false),
             ("atol", table.atol, &mut t.atol, true),
@@ -82,8 +92,17 @@ pub(crate) fn apply(
             // A zero atol would make the bound zero where ref_lp equals ref64 (SPEC 6).
             let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
             if !ok {
-                let need = if positive { "a finite number > 0" } else { "a finite number >= 0" };
-                return Err(MatrixError::bad(file, format!("tolerance.{name}.{key}"), v, need));
+                let need = if positive {
+                    "a finite number > 0"
+                } else {
+                    "a finite number >= 0"
+                };
+                return Err(MatrixError::bad(
+                    file,
+                    format!("tolerance.{name}.{key}"),
+                    v,
+                    need,
+                ));
             }
             *slot = v;
         }

@@ -60,13 +60,6 @@ pub fn bench_reference(reps: usize) -> BenchReferenceReport {
     let reps = reps.max(1);
     let p = bench_problem();
     let reference_flop = p.flops();
-    let reference_seconds = best_of(reps, || {
-        std::hint::black_box(fast::attention_serial(&p));
-    });
-    let multi_thread_seconds = best_of(reps, || {
-        std::hint::black_box(fast::attention(&p));
-    });
-
     // Deterministic, well-scaled operands; the values do not matter to the timing.
     let a = Array2::from_shape_fn((GEMM_N, GEMM_K), |(i, j)| {
         ((i * 7 + j * 3) % 17) as f64 / 17.0 - 0.5
@@ -75,9 +68,24 @@ pub fn bench_reference(reps: usize) -> BenchReferenceReport {
         ((i * 5 + j * 11) % 13) as f64 / 13.0 - 0.5
     });
     let gemm_flop = 2.0 * (GEMM_N * GEMM_N * GEMM_K) as f64;
-    let gemm_seconds = best_of(reps, || {
-        std::hint::black_box(a.dot(&b));
-    });
+
+    // Single-thread reference and GEMM alternate, so a busy machine slows both alike.
+    let (mut reference_seconds, mut gemm_seconds) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..reps {
+        reference_seconds = reference_seconds.min(time(|| {
+            std::hint::black_box(fast::attention_serial(&p));
+        }));
+        gemm_seconds = gemm_seconds.min(time(|| {
+            std::hint::black_box(a.dot(&b));
+        }));
+    }
+    let multi_thread_seconds = (0..reps)
+        .map(|_| {
+            time(|| {
+                std::hint::black_box(fast::attention(&p));
+            })
+        })
+        .fold(f64::INFINITY, f64::min);
 
     let reference_gflops = reference_flop / reference_seconds / 1e9;
     let gemm_gflops = gemm_flop / gemm_seconds / 1e9;
@@ -98,12 +106,8 @@ pub fn bench_reference(reps: usize) -> BenchReferenceReport {
     }
 }
 
-fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
-    (0..reps)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
+fn time(f: impl FnOnce()) -> f64 {
+    let start = Instant::now();
+    f();
+    start.elapsed().as_secs_f64()
 }

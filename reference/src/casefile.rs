@@ -81,23 +81,23 @@ pub struct OutputFile {
 
 #[derive(Debug, Error)]
 pub enum CaseFileError {
-    #[error("{}: {action}: {source}", path.display())]
+    #[error("{}: {action}: {error}", path.display())]
     Io {
         path: PathBuf,
         action: &'static str,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{}: not a valid safetensors file: {source}", path.display())]
+    #[error("{}: not a valid safetensors file: {error}", path.display())]
     Format {
         path: PathBuf,
-        source: SafeTensorError,
+        error: SafeTensorError,
     },
     #[error("{}: not a valid safetensors file: {reason}", path.display())]
     Header { path: PathBuf, reason: String },
-    #[error("{}: cannot write: {source}", path.display())]
+    #[error("{}: cannot write: {error}", path.display())]
     Serialize {
         path: PathBuf,
-        source: SafeTensorError,
+        error: SafeTensorError,
     },
     #[error("{}: missing tensor `{tensor}`", path.display())]
     MissingTensor { path: PathBuf, tensor: &'static str },
@@ -149,8 +149,8 @@ pub enum CaseFileError {
         path.display()
     )]
     Version { path: PathBuf, version: String },
-    #[error("{}: inconsistent case: {source}", path.display())]
-    Problem { path: PathBuf, source: ProblemError },
+    #[error("{}: inconsistent case: {error}", path.display())]
+    Problem { path: PathBuf, error: ProblemError },
     #[error("{}: cannot write: {what}", path.display())]
     Mismatch { path: PathBuf, what: String },
 }

@@ -4,7 +4,8 @@
 //! Choices where the spec leaves freedom (a kernel's own order of operations):
 //! - inputs as stored (the dtype values), scores in f32: `s = f32(scale) * dot + bias`, where
 //!   `dot` sums `q[c] * k[c]` in f32 over 8 interleaved lanes (`c % 8`, like a SIMD or MMA
-//!   accumulator) combined in a fixed tree at the end; the multiply and the add are rounded separately;
+//!   accumulator) combined in a fixed tree at the end; the multiply and the add round
+//!   separately (no fused multiply-add);
 //! - keys go tile by tile, 128 keys per tile aligned to absolute key index 0 (the tiling of the
 //!   kernels' KV loop); a tile's visible keys update the running max `m` and sum `l` (both f32):
 //!   `m_new = max(m, max_tile s)`, `l = l * exp(m - m_new) + sum_tile exp(s - m_new)`, the sum
@@ -135,7 +136,7 @@ fn row_head(p: &Problem, t: usize, head: usize) -> (Vec<f64>, f64) {
     (out, m as f64 + (l as f64).ln())
 }
 
-/// f32 dot product over 8 interleaved lanes, combined in a fixed tree (a fixed, vectorisable order).
+/// f32 dot product over 8 interleaved lanes combined in a fixed tree (vectorisable, reproducible).
 fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; LANES];
     let mut ca = a.chunks_exact(LANES);

@@ -6,9 +6,9 @@
 //! and V pages are gathered into dense f64 tiles, `S = Q K^T`, bias and mask are applied, and an
 //! online softmax (f64) accumulates `O += P V`. Tiles no row of the block sees are skipped.
 //!
-//! Only keys inside the block's visible hull are gathered (the rest of a tile is zero), and the
-//! hull of consecutive query positions of one request holds only keys some row may see, so
-//! poisoned slots are never read.
+//! Only keys inside the block's visible hull are gathered (the rest of a tile is zero). Windows
+//! of successive positions overlap or touch, so the hull of any positions of one request holds
+//! only keys some query of that request may see: poisoned slots are never read.
 //!
 //! A row's result does not depend on which other rows share its block: tiles are aligned to
 //! absolute key positions, every GEMM element is a dot product in the backend's fixed order, and
@@ -235,24 +235,25 @@ fn compute(p: &Problem, it: &Item) -> ItemResult {
                 }
                 row[..a - j0].fill(0.0);
                 row[z - j0..].fill(0.0);
-                let bias_row = &rel[rr];
-                let mut tile_max = f64::NEG_INFINITY;
-                for (jj, x) in row[a - j0..z - j0].iter_mut().enumerate() {
-                    let dist = pos - (a + jj);
-                    let bias = if dist < p.rel_extent {
-                        bias_row[dist] as f64
-                    } else {
-                        0.0
-                    };
-                    *x = *x * scale + bias;
-                    tile_max = tile_max.max(*x);
+                // Keys before `near` are at distance >= E (no bias); `near` ones carry
+                // rel_logits[t, h, pos - j], read in reverse.
+                let near = (pos + 1).saturating_sub(p.rel_extent).clamp(a, z);
+                let (far_s, near_s) = row[a - j0..z - j0].split_at_mut(near - a);
+                far_s.iter_mut().for_each(|x| *x *= scale);
+                if near < z {
+                    let bias = &rel[rr][pos + 1 - z..pos + 1 - near];
+                    near_s
+                        .iter_mut()
+                        .zip(bias.iter().rev())
+                        .for_each(|(x, &b)| *x = *x * scale + b as f64);
                 }
+                let tile_max = max4(&row[a - j0..z - j0]);
                 let m_new = m[rr].max(tile_max);
-                let mut sum = 0.0;
-                for x in &mut row[a - j0..z - j0] {
-                    *x = (*x - m_new).exp();
-                    sum += *x;
-                }
+                let visible = &mut row[a - j0..z - j0];
+                visible
+                    .iter_mut()
+                    .for_each(|x| *x = exp_nonpositive(*x - m_new));
+                let sum = sum4(visible);
                 if m_new != m[rr] {
                     let alpha = (m[rr] - m_new).exp();
                     l[rr] *= alpha;
@@ -309,5 +310,110 @@ fn gather(
             .iter_mut()
             .zip(p.value(b, j, kvh))
             .for_each(|(a, &x)| *a = x as f64);
+    }
+}
+
+/// `e^x` for `x <= 0` (a softmax exponent `s - m`), within a few ulp, and 0 below -708 (weights
+/// that small cannot move a sum whose largest term is 1). Branch-free so the loop over a row
+/// vectorises; NaN stays NaN so a poisoned read cannot hide.
+#[inline]
+fn exp_nonpositive(x: f64) -> f64 {
+    // ln 2 split so that `k * LN2_HI` is exact for |k| < 2^11 (the fdlibm constants).
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const SHIFTER: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52: adding it rounds to an integer
+    let xc = if x > -708.0 { x } else { -708.0 };
+    let shifted = xc * std::f64::consts::LOG2_E + SHIFTER;
+    let kf = shifted - SHIFTER;
+    let r = (xc - kf * LN2_HI) - kf * LN2_LO; // |r| <= ln2 / 2
+                                              // Taylor series to degree 13: truncation below 1e-17 relative on |r| <= ln2 / 2.
+    let mut p = 1.0 / 6_227_020_800.0;
+    for c in [
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + c;
+    }
+    // 2^k, k in [-1022, 0]: the low bits of `shifted` hold 2^51 + k, so adding the exponent
+    // bias and shifting out everything above the 11 exponent bits builds it (integer ops
+    // vectorise; a float-to-integer conversion would not).
+    let two_k = f64::from_bits(shifted.to_bits().wrapping_add(1023) << 52);
+    if x < -708.0 {
+        0.0
+    } else {
+        p * two_k + x * 0.0 // + NaN for NaN, + 0 otherwise
+    }
+}
+
+/// Largest value, over four interleaved lanes (the maximum does not depend on the order).
+#[inline]
+fn max4(x: &[f64]) -> f64 {
+    let mut lanes = [f64::NEG_INFINITY; 4];
+    let mut chunks = x.chunks_exact(4);
+    for c in &mut chunks {
+        for k in 0..4 {
+            lanes[k] = if c[k] > lanes[k] { c[k] } else { lanes[k] };
+        }
+    }
+    for (k, &v) in chunks.remainder().iter().enumerate() {
+        lanes[k] = if v > lanes[k] { v } else { lanes[k] };
+    }
+    lanes[0].max(lanes[1]).max(lanes[2].max(lanes[3]))
+}
+
+/// Sum in four interleaved lanes (a fixed order, not latency-bound).
+#[inline]
+fn sum4(x: &[f64]) -> f64 {
+    let mut lanes = [0.0f64; 4];
+    let mut chunks = x.chunks_exact(4);
+    for c in &mut chunks {
+        for k in 0..4 {
+            lanes[k] += c[k];
+        }
+    }
+    for (k, v) in chunks.remainder().iter().enumerate() {
+        lanes[k] += v;
+    }
+    (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_nonpositive_matches_std() {
+        let mut worst = 0.0f64;
+        for i in 0..200_000 {
+            let x = -(i as f64) * 0.003_7;
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            if x > -708.0 {
+                worst = worst.max(((got - want) / want).abs());
+            } else {
+                assert!(got == 0.0 || (got - want).abs() < 1e-300);
+            }
+        }
+        assert!(worst < 4.0 * f64::EPSILON, "worst relative error {worst:e}");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(f64::NEG_INFINITY), 0.0);
+        assert!(exp_nonpositive(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn sum4_sums() {
+        let x: Vec<f64> = (1..=11).map(f64::from).collect();
+        assert_eq!(sum4(&x), 66.0);
+        assert_eq!(sum4(&[]), 0.0);
     }
 }

@@ -110,6 +110,15 @@ impl GenSpec {
 /// permutation, stream `1 + block` for the cache contents of each physical block (so large
 /// caches are generated in parallel and stay reproducible).
 pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
+    for (b, &(lq, lk)) in spec.requests.iter().enumerate() {
+        match (i32::try_from(lq), i32::try_from(lk)) {
+            (Ok(q_len), Ok(kv_len)) if lq > lk => {
+                return Err(ProblemError::KvShorterThanQ { b, kv_len, q_len })
+            }
+            (Ok(_), Ok(_)) => {}
+            _ => return Err(ProblemError::NegativeKvLen { b, value: -1 }),
+        }
+    }
     let (h, hkv, d, e) = (
         spec.num_heads,
         spec.num_kv_heads,

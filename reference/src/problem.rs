@@ -377,7 +377,7 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
             return Err(ProblemError::Zero { field });
         }
     }
-    if p.num_heads % p.num_kv_heads != 0 {
+    if !p.num_heads.is_multiple_of(p.num_kv_heads) {
         return Err(ProblemError::HeadsNotMultiple {
             heads: p.num_heads,
             kv_heads: p.num_kv_heads,
@@ -406,9 +406,16 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
         });
     }
     if p.num_blocks > 0 {
-        let mut needed = 0;
+        // Checked arithmetic: hand-built views with huge strides are an error, not a panic.
+        let mut needed = 0usize;
         for view in [p.k, p.v] {
-            let last = view.at(p.num_blocks - 1, p.page_size - 1, p.num_kv_heads - 1) + d;
+            let last = (p.num_blocks - 1)
+                .checked_mul(view.block_stride)
+                .and_then(|x| x.checked_add((p.page_size - 1).checked_mul(view.slot_stride)?))
+                .and_then(|x| x.checked_add((p.num_kv_heads - 1).checked_mul(view.head_stride)?))
+                .and_then(|x| x.checked_add(view.offset))
+                .and_then(|x| x.checked_add(d))
+                .unwrap_or(usize::MAX);
             needed = needed.max(last);
         }
         if needed > p.kv.len() {

@@ -5,6 +5,9 @@ use relattn_reference::{emulate, fast, oracle, CacheLayout, DType, Problem, Prob
 
 const PAGE: usize = 2;
 
+/// Per key: `Hkv * D` values.
+type Rows = Vec<Vec<f32>>;
+
 /// A hand-written case: fp32 values, contiguous cache in pages of 2, one spare NaN block.
 struct Tiny {
     heads: usize,
@@ -18,12 +21,17 @@ struct Tiny {
     /// Per packed row: `H * E` values.
     rel: Vec<Vec<f32>>,
     /// Per request: keys and values, each `[Lk][Hkv * D]`.
-    kv: Vec<(Vec<Vec<f32>>, Vec<Vec<f32>>)>,
+    kv: Vec<(Rows, Rows)>,
     cu: Vec<i32>,
 }
 
 impl Tiny {
     fn problem(&self) -> Problem {
+        self.problem_in(DType::F32)
+    }
+
+    /// The case stored in `dtype` (its values must be exact in it).
+    fn problem_in(&self, dtype: DType) -> Problem {
         let (h, hkv, d, e) = (self.heads, self.kv_heads, self.d, self.e);
         let t = self.q.len();
         let pages: Vec<usize> = self.kv.iter().map(|x| x.0.len().div_ceil(PAGE)).collect();
@@ -32,12 +40,12 @@ impl Tiny {
         let mut cache = vec![f32::NAN; len];
         let max_pages = pages.iter().copied().max().unwrap_or(0) + 1;
         let mut table = Array2::<i32>::from_elem((self.kv.len(), max_pages), num_blocks as i32 - 1);
-        let mut block = 0;
+        let mut next_block = 0i32;
         for (b, (keys, values)) in self.kv.iter().enumerate() {
             for (j, (k, v)) in keys.iter().zip(values).enumerate() {
                 if j % PAGE == 0 {
-                    table[[b, j / PAGE]] = block as i32;
-                    block += 1;
+                    table[[b, j / PAGE]] = next_block;
+                    next_block += 1;
                 }
                 let block = table[[b, j / PAGE]] as usize;
                 for kvh in 0..hkv {
@@ -49,7 +57,7 @@ impl Tiny {
             }
         }
         Problem::new(ProblemData {
-            dtype: DType::F32,
+            dtype,
             num_heads: h,
             num_kv_heads: hkv,
             head_dim: d,
@@ -280,4 +288,37 @@ fn zero_length_request_in_the_middle_and_padding() {
         &case.problem(),
         &[(0, 0, vec![o0], l0), (1, 0, vec![11.0], 0.0)],
     );
+}
+
+#[test]
+fn emulation_rounds_the_weights_but_not_their_sum() {
+    // bf16, one query at position 1: s(key 0) = 0 + rel[1] = 0, s(key 1) = 0 + rel[0] = -1.
+    // Both keys share one 128-key tile, so m = 0: p = [1, e^-1] in f32; l sums the f32 p; P V
+    // uses p rounded to bf16; the output is rounded to bf16 after the f32 division.
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 1,
+        e: 2,
+        scale: 1.0,
+        window_left: -1,
+        q: vec![vec![1.0]],
+        rel: vec![vec![-1.0, 0.0]],
+        kv: vec![(vec![vec![0.0], vec![0.0]], vec![vec![0.0], vec![64.0]])],
+        cu: vec![0, 1],
+    };
+    let p = case.problem_in(DType::Bf16);
+    let to_bf16 = |x: f32| half::bf16::from_f32(x).to_f32();
+    let p1 = (-1.0f32).exp();
+    let l = 1.0f32 + p1;
+    let want = to_bf16((to_bf16(p1) * 64.0) / l);
+    let emu = emulate::attention(&p);
+    assert_eq!(emu.out[[0, 0, 0]], want as f64);
+    assert_eq!(emu.lse[[0, 0]], (l as f64).ln());
+    // Rounding p shows: e^-1 = 0.3679 becomes 0.3672, 23.54 / 1.368 = 17.21 becomes
+    // 23.5 / 1.368 = 17.18, which bf16 rounds to 17.125 where the exact 17.21 rounds to 17.25.
+    assert_eq!(want, 17.125);
+    let exact = 64.0 * (-1.0f64).exp() / (1.0 + (-1.0f64).exp());
+    assert!((oracle::attention(&p).out[[0, 0, 0]] - exact).abs() < 1e-12);
+    assert_eq!(to_bf16(exact as f32), 17.25);
 }

@@ -29,7 +29,7 @@ fn assert_all_identical(a: &Problem, b: &Problem, what: &str) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     /// The fast reference equals the naive oracle to 1e-12 relative, in full and sampled mode.
     #[test]

@@ -139,18 +139,35 @@ fn path_section(s: &mut String, summary: &Summary, path: &str, rows: &[&Row]) {
     }
     s.push('\n');
     if let Some(t) = &ps.timing {
-        let _ = writeln!(
-            s,
-            "Timing: {} timed trials, total {} ms, median {} ms; TFLOP/s median {}, best {}; \
-             GB/s median {}, best {}.\n",
+        let mut line = format!(
+            "Timing: {} timed trials, total {} ms, median {} ms",
             t.timed_trials,
             short_float(t.total_ms),
-            short_float(t.median_ms),
-            opt(t.median_tflops),
-            opt(t.best_tflops),
-            opt(t.median_gbps),
-            opt(t.best_gbps)
+            short_float(t.median_ms)
         );
+        // Throughput only where the rows carry it (GPU trials); CPU checks have times only.
+        for (unit, median, best, pct) in [
+            (
+                "TFLOP/s",
+                t.median_tflops,
+                t.best_tflops,
+                t.best_tflops_pct_of_peak,
+            ),
+            ("GB/s", t.median_gbps, t.best_gbps, t.best_gbps_pct_of_peak),
+        ] {
+            if let (Some(median), Some(best)) = (median, best) {
+                let pct = pct
+                    .map(|p| format!(" ({}% of peak)", short_float(p)))
+                    .unwrap_or_default();
+                let _ = write!(
+                    line,
+                    "; {unit} median {}, best {}{pct}",
+                    short_float(median),
+                    short_float(best)
+                );
+            }
+        }
+        let _ = writeln!(s, "{line}.\n");
         slowest(s, rows);
     }
     failures(s, rows);

@@ -71,6 +71,13 @@ pub struct Timing {
     pub best_tflops: Option<f64>,
     pub median_gbps: Option<f64>,
     pub best_gbps: Option<f64>,
+    /// `best_tflops` as a percentage of the device's measured peak, when the environment
+    /// carries one (`extra.peak_tflops`, as `relattn bench` measures it).
+    #[serde(default)]
+    pub best_tflops_pct_of_peak: Option<f64>,
+    /// `best_gbps` as a percentage of `extra.peak_gbps` (measured copy bandwidth).
+    #[serde(default)]
+    pub best_gbps_pct_of_peak: Option<f64>,
 }
 
 /// Everything summary.json says about one path.
@@ -106,9 +113,24 @@ impl Summary {
             counts.add(r.status);
             groups.entry(r.path.as_str()).or_default().push(r);
         }
+        let peak = |key: &str| {
+            environment
+                .extra
+                .get(key)
+                .and_then(|v| v.as_f64())
+                .filter(|p| *p > 0.0)
+        };
+        let (peak_tflops, peak_gbps) = (peak("peak_tflops"), peak("peak_gbps"));
         let by_path = groups
             .into_iter()
-            .map(|(p, rs)| (p.to_string(), path_summary(&rs)))
+            .map(|(p, rs)| {
+                let mut ps = path_summary(&rs);
+                if let Some(t) = ps.timing.as_mut() {
+                    t.best_tflops_pct_of_peak = pct(t.best_tflops, peak_tflops);
+                    t.best_gbps_pct_of_peak = pct(t.best_gbps, peak_gbps);
+                }
+                (p.to_string(), ps)
+            })
             .collect();
         let compile_checks_failed = environment.compile_checks.iter().filter(|c| !c.ok).count();
         Summary {
@@ -170,6 +192,10 @@ pub(crate) fn worst_ratio(rows: &[&Row]) -> Option<WorstRatio> {
         .max_by(|a, b| cmp_ratio(a.ratio, b.ratio))
 }
 
+fn pct(value: Option<f64>, peak: Option<f64>) -> Option<f64> {
+    Some(value? / peak? * 100.0)
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -208,5 +234,7 @@ fn timing(rows: &[&Row]) -> Option<Timing> {
         median_tflops: median(tflops),
         best_gbps: gbps.iter().copied().max_by(f64::total_cmp),
         median_gbps: median(gbps),
+        best_tflops_pct_of_peak: None,
+        best_gbps_pct_of_peak: None,
     })
 }

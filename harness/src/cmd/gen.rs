@@ -1,8 +1,496 @@
-//! `relattn gen` (not built yet).
+//! `relattn gen`: write a case file from a named preset or explicit parameters.
+//!
+//! A preset gives a complete spec; any explicit parameter given with it overrides that field.
+//! Without a preset, `--heads`, `--kv-heads` and `--requests` are required and the rest take the
+//! model's defaults (bf16, D = 128, scale 1/D, page 16, NHD-packed caches, normal bias, shuffled
+//! pages, poisoned unreadable slots).
+
+use crate::exit::usage;
+use anyhow::Context;
+use relattn_reference::casefile::{write_case, CaseMeta};
+use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
+use relattn_reference::{CacheLayout, DType};
+use std::path::PathBuf;
+
+/// Global layers' `E` (SPEC section 1).
+const GLOBAL_EXTENT: usize = 1024;
+/// Local layers' `E = local_extent` (SPEC section 1).
+const LOCAL_EXTENT: usize = 512;
+
+/// Named presets: (name, what it is).
+pub const PRESETS: [(&str, &str); 10] = [
+    (
+        "tiny",
+        "H 4/2, D 32, E 16, page 4, three requests (one empty), 2 padding rows",
+    ),
+    ("decode", "H 8/1, 8 decode requests, Lk 1..2047"),
+    ("prefill", "H 8/1, one 256-token prefill"),
+    (
+        "prefill2k",
+        "H 8/1, one 2048-token prefill (the bench-reference shape)",
+    ),
+    (
+        "chunked",
+        "H 8/1, chunked prefills with cached prefixes past E",
+    ),
+    ("mixed", "H 16/2, 8 decodes + 1 prefill, 7 padding rows"),
+    (
+        "local",
+        "H 8/2, local layer (E 512, window 511), long prefixes",
+    ),
+    ("gqa16", "H 16/1 (group 16), a prefill chunk and a decode"),
+    (
+        "verify",
+        "H 8/1, speculative-decode verify: 4 requests of 9 queries",
+    ),
+    (
+        "zero_table",
+        "H 8/1, all-zero block table (every request aliases block 0)",
+    ),
+];
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Case file to write (safetensors).
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// Named preset: tiny, decode, prefill, prefill2k, chunked, mixed, local, gqa16, verify,
+    /// zero_table.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(PRESETS.map(|p| p.0)))]
+    pub preset: Option<String>,
+    /// Query heads H.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// KV heads Hkv (H must be a multiple).
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    /// Head dimension D [default: 128].
+    #[arg(long)]
+    pub head_dim: Option<usize>,
+    /// rel_extent E [default: 1024, or 512 with --local].
+    #[arg(long)]
+    pub extent: Option<usize>,
+    /// Left window (-1 = none, global layer).
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "local")]
+    pub window_left: Option<i64>,
+    /// Local layer: window_left = E - 1 (and E = 512 unless --extent or a local preset says).
+    #[arg(long)]
+    pub local: bool,
+    /// softmax_scale, a decimal or a fraction like 1/128 [default: 1/D].
+    #[arg(long, value_parser = parse_scale)]
+    pub scale: Option<f64>,
+    /// Tokens per page [default: 16].
+    #[arg(long)]
+    pub page_size: Option<usize>,
+    /// How GPU runs place the caches: contiguous, nhd_packed, hnd_packed [default: nhd_packed].
+    #[arg(long)]
+    pub layout: Option<CacheLayout>,
+    /// bf16, fp16 or fp32 [default: bf16].
+    #[arg(long)]
+    pub dtype: Option<DType>,
+    /// Requests as LQ:LK pairs, comma separated (Lq new queries, Lk keys including them).
+    #[arg(long, value_parser = parse_requests)]
+    pub requests: Option<Requests>,
+    /// Padding rows after the last request (NaN inputs).
+    #[arg(long)]
+    pub padding_rows: Option<usize>,
+    /// rel_logits fill: normal, distinct or zero [default: normal].
+    #[arg(long, value_parser = parse_bias)]
+    pub bias: Option<BiasMode>,
+    /// Make every block-table entry 0 (every request aliases block 0).
+    #[arg(long)]
+    pub all_zero_pages: bool,
+    /// Do not fill unreadable cache slots with NaN.
+    #[arg(long)]
+    pub no_poison: bool,
+    /// Extra unused physical blocks and block-table slack [default: 1].
+    #[arg(long)]
+    pub spare_pages: Option<usize>,
+    /// Seed of the inputs [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Case id recorded in the file [default: the preset name].
+    #[arg(long)]
+    pub case_id: Option<String>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    Err(crate::exit::usage("`relattn gen` is not available in this build"))
+/// `(Lq, Lk)` per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requests(pub Vec<(usize, usize)>);
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let spec = spec_of(&args)?;
+    check(&spec)?;
+    let problem = generate(&spec).map_err(|e| usage(format!("invalid case: {e}")))?;
+    let meta = CaseMeta {
+        case_id: args.case_id.clone().or_else(|| args.preset.clone()),
+        seed: Some(spec.seed),
+        cache_layout: spec.layout,
+    };
+    write_case(&args.output, &problem, &meta)?;
+    let size = std::fs::metadata(&args.output)
+        .with_context(|| format!("{}: cannot read back", args.output.display()))?
+        .len();
+    let p = &problem;
+    let pages: usize = p.requests().map(|r| r.kv_len.div_ceil(p.page_size)).sum();
+    println!(
+        "wrote {}: T={} ({} real + {} padding rows), B={}, H/Hkv={}/{}, D={}, E={}, \
+         window_left={}, {} pages of {} in {} blocks, {}, {}, seed {}, {} bytes",
+        args.output.display(),
+        p.total_rows(),
+        p.real_rows(),
+        p.total_rows() - p.real_rows(),
+        p.batch(),
+        p.num_heads,
+        p.num_kv_heads,
+        p.head_dim,
+        p.rel_extent,
+        p.window_left,
+        pages,
+        p.page_size,
+        p.num_blocks,
+        p.dtype,
+        spec.layout,
+        spec.seed,
+        size
+    );
+    Ok(())
+}
+
+/// The spec of a preset, without overrides.
+pub fn preset(name: &str) -> Option<GenSpec> {
+    let global =
+        |h, hkv, requests: &[(usize, usize)]| GenSpec::global(h, hkv, requests.to_vec(), 0);
+    let spec = match name {
+        "tiny" => GenSpec {
+            head_dim: 32,
+            rel_extent: 16,
+            softmax_scale: 1.0 / 32.0,
+            page_size: 4,
+            padding_rows: 2,
+            bias: BiasMode::Distinct,
+            ..global(4, 2, &[(3, 7), (0, 4), (2, 21)])
+        },
+        "decode" => global(
+            8,
+            1,
+            &[
+                (1, 17),
+                (1, 100),
+                (1, 513),
+                (1, 1024),
+                (1, 1025),
+                (1, 2047),
+                (1, 1),
+                (1, 64),
+            ],
+        ),
+        "prefill" => global(8, 1, &[(256, 256)]),
+        "prefill2k" => global(8, 1, &[(2048, 2048)]),
+        "chunked" => global(8, 1, &[(64, 1100), (96, 96), (17, 300)]),
+        "mixed" => {
+            let mut requests = vec![
+                (1, 40),
+                (1, 300),
+                (1, 1023),
+                (1, 1500),
+                (1, 7),
+                (1, 640),
+                (1, 129),
+                (1, 2000),
+            ];
+            requests.push((128, 128));
+            GenSpec {
+                padding_rows: 7,
+                ..global(16, 2, &requests)
+            }
+        }
+        "local" => GenSpec::local(
+            8,
+            2,
+            LOCAL_EXTENT,
+            vec![(128, 1200), (1, 700), (40, 40), (1, 512)],
+            0,
+        ),
+        "gqa16" => global(16, 1, &[(33, 300), (1, 1100)]),
+        "verify" => global(8, 1, &[(9, 9), (9, 200), (9, 1030), (9, 64)]),
+        "zero_table" => GenSpec {
+            pages: PageMode::AllZero,
+            ..global(8, 1, &[(5, 40), (1, 33), (16, 16)])
+        },
+        _ => return None,
+    };
+    Some(spec)
+}
+
+/// Preset (or defaults) with the explicit parameters applied.
+fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
+    let base = match &a.preset {
+        Some(name) => preset(name).ok_or_else(|| usage(format!("unknown preset `{name}`")))?,
+        None => {
+            let missing: Vec<&str> = [
+                ("--heads", a.heads.is_none()),
+                ("--kv-heads", a.kv_heads.is_none()),
+                ("--requests", a.requests.is_none()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, missing)| missing.then_some(flag))
+            .collect();
+            if !missing.is_empty() {
+                return Err(usage(format!(
+                    "without --preset, {} must be given (presets: {})",
+                    missing.join(", "),
+                    PRESETS.map(|p| p.0).join(", ")
+                )));
+            }
+            GenSpec::global(1, 1, Vec::new(), 0)
+        }
+    };
+    let base_local = base.window_left >= 0 && base.window_left + 1 == base.rel_extent as i64;
+    let local = a.local || (a.window_left.is_none() && base_local);
+    let head_dim = a.head_dim.unwrap_or(base.head_dim);
+    // A preset keeps its own E unless it is made local here: local layers have E = 512.
+    let from_preset = a.preset.is_some() && (base_local || !local);
+    let rel_extent = match a.extent {
+        Some(e) => e,
+        None if from_preset => base.rel_extent,
+        None if local => LOCAL_EXTENT,
+        None => GLOBAL_EXTENT,
+    };
+    let window_left = if local {
+        rel_extent as i64 - 1
+    } else {
+        a.window_left.unwrap_or(if a.preset.is_some() {
+            base.window_left
+        } else {
+            -1
+        })
+    };
+    let softmax_scale = match a.scale {
+        Some(s) => s,
+        None if a.head_dim.is_some() || a.preset.is_none() => 1.0 / head_dim as f64,
+        None => base.softmax_scale,
+    };
+    Ok(GenSpec {
+        dtype: a.dtype.unwrap_or(base.dtype),
+        num_heads: a.heads.unwrap_or(base.num_heads),
+        num_kv_heads: a.kv_heads.unwrap_or(base.num_kv_heads),
+        head_dim,
+        rel_extent,
+        window_left,
+        softmax_scale,
+        page_size: a.page_size.unwrap_or(base.page_size),
+        layout: a.layout.unwrap_or(base.layout),
+        requests: a.requests.clone().map_or(base.requests.clone(), |r| r.0),
+        padding_rows: a.padding_rows.unwrap_or(base.padding_rows),
+        bias: a.bias.unwrap_or(base.bias),
+        pages: if a.all_zero_pages {
+            PageMode::AllZero
+        } else {
+            base.pages
+        },
+        spare_pages: a.spare_pages.unwrap_or(base.spare_pages),
+        poison: base.poison && !a.no_poison,
+        seed: a.seed.unwrap_or(base.seed),
+    })
+}
+
+/// Checks with the command's own flag names, before any generation work.
+fn check(s: &GenSpec) -> anyhow::Result<()> {
+    for (flag, v) in [
+        ("--heads", s.num_heads),
+        ("--kv-heads", s.num_kv_heads),
+        ("--head-dim", s.head_dim),
+        ("--extent", s.rel_extent),
+        ("--page-size", s.page_size),
+    ] {
+        if v == 0 {
+            return Err(usage(format!("{flag} must be positive, got 0")));
+        }
+    }
+    if !s.num_heads.is_multiple_of(s.num_kv_heads) {
+        return Err(usage(format!(
+            "--heads {} is not a multiple of --kv-heads {}",
+            s.num_heads, s.num_kv_heads
+        )));
+    }
+    if s.window_left < -1 {
+        return Err(usage(format!(
+            "--window-left {} is invalid: use -1 for no window or a value >= 0",
+            s.window_left
+        )));
+    }
+    if !s.softmax_scale.is_finite() {
+        return Err(usage(format!("--scale {} is not finite", s.softmax_scale)));
+    }
+    if s.requests.is_empty() {
+        return Err(usage("--requests needs at least one LQ:LK pair"));
+    }
+    for (b, &(lq, lk)) in s.requests.iter().enumerate() {
+        if lq > lk {
+            return Err(usage(format!(
+                "--requests entry {b} is {lq}:{lk}: Lq = {lq} exceeds Lk = {lk} \
+                 (Lk counts the new tokens, so Lk >= Lq)"
+            )));
+        }
+        if i32::try_from(lk).is_err() {
+            return Err(usage(format!(
+                "--requests entry {b}: Lk = {lk} exceeds the int32 range"
+            )));
+        }
+    }
+    let rows = s
+        .requests
+        .iter()
+        .map(|r| r.0)
+        .sum::<usize>()
+        .checked_add(s.padding_rows);
+    if rows.and_then(|t| i32::try_from(t).ok()).is_none() {
+        return Err(usage(
+            "the total of query and padding rows exceeds the int32 range",
+        ));
+    }
+    // Element counts of the tensors (4 bytes each in memory); refuse sizes that overflow.
+    let t = rows.unwrap_or(0);
+    let pages: usize = s.requests.iter().map(|r| r.1.div_ceil(s.page_size)).sum();
+    let elements = [
+        t.checked_mul(s.num_heads)
+            .and_then(|x| x.checked_mul(s.head_dim + s.rel_extent)),
+        (pages + s.spare_pages + 1)
+            .checked_mul(s.page_size)
+            .and_then(|x| x.checked_mul(s.num_kv_heads))
+            .and_then(|x| x.checked_mul(2 * s.head_dim)),
+    ];
+    if elements
+        .iter()
+        .any(|e| e.and_then(|e| e.checked_mul(4)).is_none())
+    {
+        return Err(usage("the case is too large to hold in memory"));
+    }
+    Ok(())
+}
+
+fn parse_requests(s: &str) -> Result<Requests, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lq, lk) = part
+            .split_once(':')
+            .ok_or_else(|| format!("`{part}` is not LQ:LK (e.g. 1:4096 or 128:128)"))?;
+        let num = |x: &str, what: &str| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{part}`: {what} `{x}` is not a count"))
+        };
+        out.push((num(lq, "LQ")?, num(lk, "LK")?));
+    }
+    if out.is_empty() {
+        return Err("expected at least one LQ:LK pair".into());
+    }
+    Ok(Requests(out))
+}
+
+/// A decimal, or `a/b` with decimal `a` and `b`.
+fn parse_scale(s: &str) -> Result<f64, String> {
+    let value = match s.split_once('/') {
+        Some((a, b)) => {
+            let a: f64 = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{a}` is not a number"))?;
+            let b: f64 = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{b}` is not a number"))?;
+            a / b
+        }
+        None => s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number"))?,
+    };
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(format!("`{s}` is not finite"))
+    }
+}
+
+fn parse_bias(s: &str) -> Result<BiasMode, String> {
+    match s {
+        "normal" => Ok(BiasMode::Normal),
+        "distinct" => Ok(BiasMode::Distinct),
+        "zero" => Ok(BiasMode::Zero),
+        _ => Err(format!("`{s}` is not one of normal, distinct, zero")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn spec(args: &[&str]) -> GenSpec {
+        let cli = Cli::try_parse_from(["gen", "-o", "x"].iter().chain(args)).unwrap();
+        spec_of(&cli.args).unwrap()
+    }
+
+    #[test]
+    fn extent_and_window() {
+        let s = spec(&["--heads", "8", "--kv-heads", "1", "--requests", "1:5"]);
+        assert_eq!(
+            (s.rel_extent, s.window_left, s.softmax_scale),
+            (1024, -1, 1.0 / 128.0)
+        );
+        let s = spec(&[
+            "--heads",
+            "8",
+            "--kv-heads",
+            "1",
+            "--requests",
+            "1:5",
+            "--local",
+        ]);
+        assert_eq!((s.rel_extent, s.window_left), (512, 511));
+        let s = spec(&["--preset", "prefill", "--local"]);
+        assert_eq!((s.rel_extent, s.window_left), (512, 511));
+        let s = spec(&["--preset", "local", "--extent", "256"]);
+        assert_eq!((s.rel_extent, s.window_left), (256, 255));
+        let s = spec(&["--preset", "local", "--window-left", "-1"]);
+        assert_eq!((s.rel_extent, s.window_left), (512, -1));
+        let s = spec(&["--preset", "tiny", "--head-dim", "64"]);
+        assert_eq!((s.head_dim, s.softmax_scale), (64, 1.0 / 64.0));
+        let s = spec(&["--preset", "tiny"]);
+        assert_eq!(
+            (s.head_dim, s.softmax_scale, s.bias),
+            (32, 1.0 / 32.0, BiasMode::Distinct)
+        );
+    }
+
+    #[test]
+    fn every_preset_is_valid() {
+        for (name, _) in PRESETS {
+            let spec = preset(name).unwrap();
+            check(&spec).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn parsers() {
+        assert_eq!(
+            parse_requests("1:4, 128:128").unwrap(),
+            Requests(vec![(1, 4), (128, 128)])
+        );
+        assert!(parse_requests("1-4").is_err());
+        assert!(parse_requests("").is_err());
+        assert_eq!(parse_scale("1/3").unwrap(), 1.0 / 3.0);
+        assert_eq!(parse_scale("0.0078125").unwrap(), 1.0 / 128.0);
+        assert!(parse_scale("1/0").is_err());
+        assert!(parse_bias("gauss").is_err());
+    }
 }

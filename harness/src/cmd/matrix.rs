@@ -1,8 +1,88 @@
-//! `relattn matrix` (not built yet).
+//! `relattn matrix`: the tiers and their case counts, or the cases of one tier or file.
+
+use anyhow::Result;
+use relattn_matrices::{load, load_tier, Expansion, Shard, PATHS, TIERS};
+use std::fmt::Write;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Print every tier with its cases, runnable trials per path and skipped trials (default).
+    #[arg(long, conflicts_with = "show")]
+    pub list: bool,
+    /// Print the cases (id, then name) of a tier or a matrix file.
+    #[arg(long, value_name = "TIER|FILE")]
+    pub show: Option<String>,
+    /// With --show: only shard K of N (1-based), as `relattn run --shard` would run it.
+    #[arg(long, value_name = "K/N", requires = "show")]
+    pub shard: Option<String>,
+    /// With --show: also print every skipped trial with its reason.
+    #[arg(long, requires = "show")]
+    pub skipped: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    Err(crate::exit::usage("`relattn matrix` is not available in this build"))
+pub fn run(args: Args) -> Result<()> {
+    let text = match &args.show {
+        Some(matrix) => show(matrix, args.shard.as_deref(), args.skipped)?,
+        None => list()?,
+    };
+    print!("{text}");
+    Ok(())
+}
+
+fn usage(err: relattn_matrices::MatrixError) -> anyhow::Error {
+    crate::exit::usage(err.to_string())
+}
+
+fn list() -> Result<String> {
+    let mut out = String::new();
+    let _ = write!(out, "{:<12} {:>7}", "tier", "cases");
+    for path in PATHS {
+        let _ = write!(out, " {path:>13}");
+    }
+    let _ = writeln!(out, " {:>8}", "skipped");
+    for tier in TIERS {
+        let x = load_tier(tier).and_then(|m| m.expand()).map_err(usage)?;
+        let per_path = x.trials_per_path();
+        let _ = write!(out, "{tier:<12} {:>7}", x.cases.len());
+        for path in PATHS {
+            let _ = write!(out, " {:>13}", per_path.get(path).copied().unwrap_or(0));
+        }
+        let _ = writeln!(out, " {:>8}", x.skipped.len());
+    }
+    let _ = writeln!(
+        out,
+        "(per path: runnable trials, one per case and split setting)"
+    );
+    Ok(out)
+}
+
+fn show(matrix: &str, shard: Option<&str>, with_skips: bool) -> Result<String> {
+    let m = load(matrix).map_err(usage)?;
+    let Expansion { cases, skipped } = m.expand().map_err(usage)?;
+    let total = cases.len();
+    let shard: Shard = match shard {
+        Some(s) => s.parse().map_err(usage)?,
+        None => Shard::ALL,
+    };
+    let cases = shard.select(&cases);
+    let mut out = String::new();
+    for c in &cases {
+        let splits: Vec<String> = c.splits.iter().map(|s| s.to_string()).collect();
+        let _ = writeln!(out, "{}  {}  [{}]", c.id, c.name, splits.join(" "));
+    }
+    if with_skips {
+        for s in skipped
+            .iter()
+            .filter(|s| cases.iter().any(|c| c.id == s.case_id))
+        {
+            let _ = writeln!(out, "skip {}: {}", s.trial_name, s.reason);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{}: {} of {total} cases (shard {shard})",
+        m.name,
+        cases.len()
+    );
+    Ok(out)
 }

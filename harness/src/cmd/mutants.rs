@@ -1,8 +1,105 @@
-//! `relattn mutants` (not built yet).
+//! `relattn mutants`: build the kernels with each planted defect (`RELATTN_MUTANT`) and check
+//! that the matrix catches it on every path whose kernels contain it. Each (defect, path) stops
+//! at its first failing trial; cheap cases run first. Exit 1 if any defect survives.
+
+use crate::execute::{run_trial, CaseStore};
+use crate::exit;
+use crate::gpu_exec::RealFactory;
+use crate::gpu_status::{DeviceSelection, GpuStatus};
+use crate::plan::{BoundsCheck, PathSelection, TrialKind};
+use crate::session::{Session, SessionOptions};
+use relattn_kernels::gpu::{Gpu, Mutant};
+use relattn_kernels::capability::NvmlSource;
+use relattn_reports::Status;
+use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Tier or matrix file whose GPU trials must catch the defects.
+    #[arg(long, default_value = "ci")]
+    pub matrix: String,
+    /// Only these defects (comma-separated names, e.g. kv_head_modulo,window_strict).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// GPU to use.
+    #[arg(long, default_value = "0")]
+    pub device: u32,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    Err(crate::exit::usage("`relattn mutants` is not available in this build"))
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let selected: Vec<Mutant> = match &args.only {
+        None => Mutant::ALL.to_vec(),
+        Some(list) => list
+            .split(',')
+            .map(|s| s.trim().parse::<Mutant>().map_err(|e| exit::usage(e.to_string())))
+            .collect::<Result<_, _>>()?,
+    };
+    let store = CaseStore::keep_all();
+    let mut survived = Vec::new();
+    println!("{:<22} {:<13} {:<9} {:>7}  first failing trial", "defect", "path", "result", "trials");
+    for mutant in selected {
+        for &path in mutant.paths() {
+            let started = Instant::now();
+            let opts = SessionOptions {
+                gpu_matrix: Some(args.matrix.clone()),
+                selfcheck_matrix: Some("smoke".into()),
+                paths: PathSelection::List(vec![path]),
+                bounds: Some(if mutant.needs_bounds_check() { BoundsCheck::On } else { BoundsCheck::Off }),
+                shard: None,
+                devices: DeviceSelection::List(vec![args.device]),
+                case: None,
+            };
+            let factory = RealFactory { mutant: Some(mutant), compile_checks: false };
+            let session = Session::open_with(&opts, &NvmlSource::new(), Gpu::available(), &factory)
+                .map_err(|e| exit::usage(format!("{e:#}")))?;
+            match &session.status {
+                GpuStatus::Ready { .. } => {}
+                GpuStatus::Rejected(why) => return Err(exit::no_gpu(why.clone())),
+                GpuStatus::Absent(why) => return Err(exit::no_gpu(format!("no usable GPU: {why}"))),
+            }
+            let mut trials: Vec<_> = session
+                .trials
+                .iter()
+                .filter(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none())
+                .collect();
+            trials.sort_by(|a, b| {
+                let fa = a.case().map_or(0.0, |c| c.flops());
+                let fb = b.case().map_or(0.0, |c| c.flops());
+                fa.total_cmp(&fb).then_with(|| a.name.cmp(&b.name))
+            });
+            let mut caught = None;
+            let mut ran = 0;
+            for t in &trials {
+                ran += 1;
+                let row = run_trial(t, &store, session.executor(), &args.matrix);
+                if row.status == Status::Fail {
+                    caught = Some(row);
+                    break;
+                }
+            }
+            let secs = started.elapsed().as_secs_f64();
+            match caught {
+                Some(row) => println!(
+                    "{:<22} {:<13} {:<9} {:>7}  {} ({:.1}s): {}",
+                    mutant.as_str(),
+                    path.as_str(),
+                    "caught",
+                    ran,
+                    row.trial,
+                    secs,
+                    row.message.split("; reproduce").next().unwrap_or_default()
+                ),
+                None => {
+                    println!("{:<22} {:<13} {:<9} {:>7}  - ({secs:.1}s)", mutant.as_str(), path.as_str(), "SURVIVED", ran);
+                    survived.push(format!("{mutant} on {path}"));
+                }
+            }
+        }
+    }
+    if survived.is_empty() {
+        println!("every planted defect was caught");
+        Ok(())
+    } else {
+        Err(exit::failed(format!("planted defects not caught: {}", survived.join(", "))))
+    }
 }

@@ -5,7 +5,8 @@ use crate::execute::{run_trial, CaseStore};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
-use crate::session::{Session, SessionOptions};
+use crate::session::{ExecutorFactory, Session, SessionOptions};
+use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use relattn_matrices::Shard;
@@ -42,6 +43,18 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let libs = crate::gpu_exec::libraries_present();
+    run_with(args, &NvmlSource::new(), libs, &crate::gpu_exec::RealFactory { mutant: None, compile_checks: true })
+}
+
+/// `run` with the capability source and executor factory given: a rejected device stops here
+/// before the factory (the only code that compiles kernels or allocates device memory) is called.
+pub fn run_with(
+    args: Args,
+    source: &dyn CapabilitySource,
+    libs_present: bool,
+    factory: &dyn ExecutorFactory,
+) -> anyhow::Result<()> {
     let opts = SessionOptions {
         gpu_matrix: args.matrix.clone(),
         selfcheck_matrix: None,
@@ -51,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         devices: args.devices.parse::<DeviceSelection>().map_err(exit::usage)?,
         case: args.case.clone(),
     };
-    let session = Session::open(&opts).map_err(|e| exit::usage(format!("{e:#}")))?;
+    let session = Session::open_with(&opts, source, libs_present, factory).map_err(|e| exit::usage(format!("{e:#}")))?;
     if let GpuStatus::Rejected(why) = &session.status {
         return Err(exit::no_gpu(why.clone()));
     }
@@ -183,4 +196,67 @@ fn git_revision() -> Option<String> {
     }
     let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::execute::GpuExecutor;
+    use relattn_kernels::capability::{DeviceInfo, MockSource};
+    use relattn_kernels::routing::Capability;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts every attempt to compile kernels or allocate device memory.
+    #[derive(Default)]
+    struct CountingFactory {
+        attempts: AtomicUsize,
+    }
+
+    impl ExecutorFactory for CountingFactory {
+        fn create(&self, _: &[DeviceInfo], _: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            Err("counting double: no device work here".into())
+        }
+    }
+
+    fn args(out: &std::path::Path) -> Args {
+        Args {
+            matrix: Some("smoke".into()),
+            paths: "all".into(),
+            shard: None,
+            out: out.to_path_buf(),
+            devices: "0".into(),
+            bounds_check: None,
+            case: None,
+        }
+    }
+
+    #[test]
+    fn sm12x_stops_before_any_compile_or_allocation() {
+        for (name, minor) in [("NVIDIA GB10", 1), ("NVIDIA RTX PRO 6000 Blackwell", 0)] {
+            let dir = tempfile::tempdir().unwrap();
+            let factory = CountingFactory::default();
+            let source = MockSource::single(name, Capability::new(12, minor));
+            let started = Instant::now();
+            let err = run_with(args(dir.path()), &source, true, &factory).unwrap_err();
+            assert!(started.elapsed() < Duration::from_secs(1), "refusal took {:?}", started.elapsed());
+            assert_eq!(exit::code_of(&err), exit::Code::NoGpu);
+            let msg = err.to_string();
+            assert!(msg.contains(name) && msg.contains(&format!("12.{minor}")) && msg.contains("paged-KV"), "{msg}");
+            assert_eq!(factory.attempts.load(Ordering::SeqCst), 0, "compile/allocation attempted");
+            assert!(!dir.path().join("sm121").exists() && !dir.path().join("cpu").exists(), "no report for a refused run");
+        }
+    }
+
+    #[test]
+    fn supported_gpu_reaches_the_factory() {
+        let dir = tempfile::tempdir().unwrap();
+        let factory = CountingFactory::default();
+        let source = MockSource::single("NVIDIA H200", Capability::new(9, 0));
+        let mut a = args(dir.path());
+        let first = relattn_matrices::load_tier("smoke").unwrap().expand().unwrap().cases[0].id.clone();
+        a.case = Some(first);
+        let _ = run_with(a, &source, true, &factory);
+        assert_eq!(factory.attempts.load(Ordering::SeqCst), 1);
+    }
 }

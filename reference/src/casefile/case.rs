@@ -185,9 +185,9 @@ pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
         seqused_k: r.i32s("seqused_k", &seqused_k)?,
         cu_seqlens_q: r.i32s("cu_seqlens_q", &cu_seqlens_q)?,
     };
-    let problem = Problem::new(data).map_err(|source| CaseFileError::Problem {
+    let problem = Problem::new(data).map_err(|error| CaseFileError::Problem {
         path: r.path(),
-        source,
+        error,
     })?;
     Ok(CaseFile { problem, meta })
 }

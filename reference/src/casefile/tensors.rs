@@ -91,24 +91,24 @@ pub(super) fn write_file(
     tensors: Vec<(&'static str, Owned)>,
     metadata: HashMap<String, String>,
 ) -> Result<(), CaseFileError> {
-    safetensors::serialize_to_file(tensors, Some(metadata), path).map_err(|source| match source {
-        safetensors::SafeTensorError::IoError(source) => CaseFileError::Io {
+    safetensors::serialize_to_file(tensors, Some(metadata), path).map_err(|error| match error {
+        safetensors::SafeTensorError::IoError(error) => CaseFileError::Io {
             path: path.to_path_buf(),
             action: "cannot write",
-            source,
+            error,
         },
-        source => CaseFileError::Serialize {
+        error => CaseFileError::Serialize {
             path: path.to_path_buf(),
-            source,
+            error,
         },
     })
 }
 
 pub(super) fn read_bytes(path: &Path) -> Result<Vec<u8>, CaseFileError> {
-    std::fs::read(path).map_err(|source| CaseFileError::Io {
+    std::fs::read(path).map_err(|error| CaseFileError::Io {
         path: path.to_path_buf(),
         action: "cannot read",
-        source,
+        error,
     })
 }
 
@@ -123,9 +123,9 @@ impl<'a> Reader<'a> {
     pub(super) fn new(path: &Path, bytes: &'a [u8]) -> Result<Reader<'a>, CaseFileError> {
         let path = path.to_path_buf();
         check_offsets(&path, bytes)?;
-        let format = |source| CaseFileError::Format {
+        let format = |error| CaseFileError::Format {
             path: path.clone(),
-            source,
+            error,
         };
         let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(format)?;
@@ -167,7 +167,7 @@ impl<'a> Reader<'a> {
             })
     }
 
-    /// Parse metadata `key` (required when `None` is not allowed by the caller).
+    /// Parse the value `value` of metadata `key`; `expected` says what a valid value looks like.
     pub(super) fn parse_meta<T: std::str::FromStr>(
         &self,
         key: &'static str,

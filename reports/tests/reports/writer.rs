@@ -80,6 +80,9 @@ fn summary_json_has_counts_worst_ratio_and_timing_per_path() {
         ok: false,
         message: "error: identifier undefined".into(),
     });
+    w.environment_mut()
+        .extra
+        .insert("peak_tflops".into(), serde_json::json!(400.0));
     for (i, ms) in [1.0, 3.0, 2.0].into_iter().enumerate() {
         let mut r = row(&format!("gpu::fallback::t{i}"), "fallback", Status::Pass);
         r.ms = Some(ms);
@@ -103,10 +106,13 @@ fn summary_json_has_counts_worst_ratio_and_timing_per_path() {
     assert_eq!(p["timing"]["median_ms"], 2.0);
     assert_eq!(p["timing"]["total_ms"], 6.0);
     assert_eq!(p["timing"]["slowest_trial"], "gpu::fallback::t1");
+    assert_eq!(p["timing"]["best_tflops_pct_of_peak"], 25.0);
+    assert!(p["timing"]["best_gbps_pct_of_peak"].is_null());
     // A failed compile check makes the report fail even when every trial passed.
     let md = fs::read_to_string(tmp.path().join("sm100/summary.md")).unwrap();
     assert!(md.contains("**FAIL**"), "{md}");
     assert!(md.contains("identifier undefined"));
+    assert!(md.contains("best 100.0 (25.00% of peak)"), "{md}");
 }
 
 #[test]

@@ -1,0 +1,89 @@
+//! `relattn matrix`: listing the tiers, showing a shard, and exit 2 on a bad matrix file.
+
+use std::process::{Command, Output};
+
+fn relattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args(args)
+        .output()
+        .expect("run relattn")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn list_prints_the_four_tiers_with_counts() {
+    let out = relattn(&["matrix", "--list"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    for tier in ["smoke", "ci", "nightly", "regressions"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(tier))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        let cases: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(cases > 0, "{line}");
+    }
+    for path in ["sheared_bias", "score_mod", "fallback", "skipped"] {
+        assert!(stdout.contains(path), "{stdout}");
+    }
+}
+
+#[test]
+fn show_prints_ids_and_names_of_a_shard() {
+    let whole = text(&relattn(&["matrix", "--show", "smoke"]).stdout);
+    let out = relattn(&["matrix", "--show", "smoke", "--shard", "2/3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let part = text(&out.stdout);
+    let lines: Vec<&str> = part.lines().filter(|l| l.contains("::")).collect();
+    assert!(!lines.is_empty(), "{part}");
+    for l in &lines {
+        let id = l.split_whitespace().next().unwrap();
+        assert_eq!(id.len(), 10, "{l}");
+        assert!(whole.contains(l), "{l} is not in the whole tier");
+    }
+    assert!(lines.len() < whole.lines().count() - 1);
+    assert!(part.contains("(shard 2/3)"), "{part}");
+}
+
+#[test]
+fn a_bad_matrix_file_exits_2_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[[group]]\nlayers = [\"global_e1024\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]\npage_sizes = [0]\n").unwrap();
+    let out = relattn(&["matrix", "--show", path.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("page_sizes"),
+        "{stderr}"
+    );
+
+    std::fs::write(&path, "[[group]]\nlayers = [\"global_e1024\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]\nwindow = [1]\n").unwrap();
+    let out = relattn(&["matrix", "--show", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown field `window`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bad_shard_or_tier_exits_2() {
+    for args in [
+        &["matrix", "--show", "smoke", "--shard", "0/4"][..],
+        &["matrix", "--show", "smoke", "--shard", "5/4"],
+        &["matrix", "--show", "weekly"],
+    ] {
+        let out = relattn(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

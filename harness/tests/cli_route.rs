@@ -1,0 +1,226 @@
+//! `relattn route` and `relattn devices` as a user runs them.
+
+use std::process::{Command, Output};
+
+fn relattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args(args)
+        .output()
+        .expect("run relattn")
+}
+
+fn route_json(extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["route", "--json"];
+    args.extend_from_slice(extra);
+    let out = relattn(&args);
+    let code = out.status.code().expect("exit code");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (code, value)
+}
+
+const DECODE_TP8: [&str; 10] = [
+    "--batch",
+    "1",
+    "--max-query-len",
+    "1",
+    "--heads",
+    "8",
+    "--kv-heads",
+    "1",
+    "--max-kv-len",
+    "1048576",
+];
+
+fn with_cc<'a>(cc: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--cc", cc];
+    v.extend_from_slice(rest);
+    v
+}
+
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    let mut k: Vec<_> = v
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
+
+const EIGHT_KEYS: [&str; 8] = [
+    "cc",
+    "decode_splits",
+    "max_seqlen_q_bucket",
+    "num_splits",
+    "path",
+    "reason",
+    "rejected",
+    "split_kv_decode",
+];
+
+#[test]
+fn json_has_exactly_the_eight_keys_routed_or_rejected() {
+    for cc in ["10.0", "9.0", "8.0", "12.1", "13.0"] {
+        let (code, v) = route_json(&with_cc(cc, &DECODE_TP8));
+        assert_eq!(code, 0, "{cc}");
+        assert_eq!(keys(&v), EIGHT_KEYS, "{cc}");
+        assert_eq!(v["cc"], cc);
+    }
+}
+
+#[test]
+fn routed_values() {
+    // SM100, TP8 decode, batch 1, 1M context: num_splits 128 (SPEC 4.1 by hand: target 256,
+    // base 1, max_split 128, ceil(1048576/128) = 8192).
+    let (_, v) = route_json(&with_cc("10.0", &DECODE_TP8));
+    assert_eq!(v["path"], "sheared_bias");
+    assert_eq!(v["rejected"], false);
+    assert!(v["reason"].is_null());
+    assert_eq!(v["num_splits"], 128);
+    assert_eq!(v["split_kv_decode"], false);
+    assert_eq!(v["decode_splits"], 1);
+    assert_eq!(v["max_seqlen_q_bucket"], 1);
+    // SM80: two-stage decode, min(32, ceil(1048576/2048)) = 32 splits.
+    let (_, v) = route_json(&with_cc("8.0", &DECODE_TP8));
+    assert_eq!(v["path"], "fallback");
+    assert_eq!(
+        (v["num_splits"].as_u64(), v["split_kv_decode"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(v["decode_splits"], 32);
+}
+
+#[test]
+fn sm121_is_rejected_with_exit_zero() {
+    let (code, v) = route_json(&with_cc("12.1", &DECODE_TP8));
+    assert_eq!(code, 0);
+    assert_eq!(v["rejected"], true);
+    assert!(v["path"].is_null() && v["num_splits"].is_null() && v["decode_splits"].is_null());
+    assert_eq!(v["split_kv_decode"], false);
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no paged-KV forward"),
+        "{v}"
+    );
+    // Text form too.
+    let out = relattn(&[&["route"], &with_cc("12.1", &DECODE_TP8)[..]].concat());
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("SM 12.1") && text.contains("rejected"),
+        "{text}"
+    );
+}
+
+#[test]
+fn local_layer_window_defaults_to_511() {
+    // SM80 local decode, Lk 131072 >= 8192 -> decode kernel; window 511: min(4, ceil(512/128)) = 4;
+    // window 255: ceil(256/128) = 2.
+    let local = [
+        "--local",
+        "--batch",
+        "8",
+        "--max-query-len",
+        "1",
+        "--heads",
+        "8",
+    ];
+    let rest = ["--kv-heads", "2", "--max-kv-len", "131072"];
+    let (code, v) = route_json(&[&with_cc("8.0", &local)[..], &rest].concat());
+    assert_eq!(code, 0);
+    assert_eq!(
+        (v["split_kv_decode"].as_bool(), v["decode_splits"].as_u64()),
+        (Some(true), Some(4))
+    );
+    let (_, v) = route_json(
+        &[
+            &with_cc("8.0", &local)[..],
+            &rest,
+            &["--window-left", "255"],
+        ]
+        .concat(),
+    );
+    assert_eq!(v["decode_splits"], 2);
+}
+
+#[test]
+fn window_left_without_local_is_a_usage_error() {
+    let out = relattn(
+        &[
+            &["route"],
+            &with_cc("9.0", &DECODE_TP8)[..],
+            &["--window-left", "511"],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--local"));
+}
+
+#[test]
+fn invalid_arguments_exit_two() {
+    let base = |heads: &'static str, kv: &'static str, batch: &'static str| {
+        vec![
+            "route",
+            "--cc",
+            "9.0",
+            "--batch",
+            batch,
+            "--max-query-len",
+            "1",
+            "--heads",
+            heads,
+            "--kv-heads",
+            kv,
+            "--max-kv-len",
+            "512",
+        ]
+    };
+    for args in [
+        base("8", "3", "1"),
+        base("8", "0", "1"),
+        base("0", "1", "1"),
+        base("8", "1", "0"),
+    ] {
+        assert_eq!(relattn(&args).status.code(), Some(2), "{args:?}");
+    }
+    let mut bad_cc = base("8", "1", "1");
+    bad_cc[2] = "nine";
+    assert_eq!(relattn(&bad_cc).status.code(), Some(2));
+    let mut missing = base("8", "1", "1");
+    missing.truncate(missing.len() - 2);
+    assert_eq!(
+        relattn(&missing).status.code(),
+        Some(2),
+        "--max-kv-len is required"
+    );
+}
+
+#[test]
+fn devices_answers_without_failing() {
+    let out = relattn(&["devices", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    if v["driver"] == false {
+        assert!(v["message"].as_str().unwrap().contains("no NVIDIA driver"));
+        assert_eq!(v["devices"].as_array().map(Vec::len), Some(0));
+        let text = relattn(&["devices"]);
+        assert_eq!(text.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&text.stdout).contains("no NVIDIA driver"));
+    } else {
+        // A machine with a driver: every device carries a capability and a route or a reason.
+        for d in v["devices"].as_array().unwrap() {
+            assert!(d["cc"].as_str().is_some_and(|cc| cc.contains('.')), "{d}");
+            assert_ne!(d["path"].is_null(), d["reason"].is_null(), "{d}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! NVRTC compilation of a plan: every program in parallel, through an in-memory and an on-disk
+//! CUBIN cache keyed by `ProgramBuild::cache_key`. Needs libnvrtc only (no driver, no GPU), so the
+//! compile-only check over every architecture runs on any machine that has NVRTC.
+
+#![deny(unsafe_code)]
+
+use super::error::GpuError;
+use super::ffi;
+use super::plan::{CompilePlan, ProgramBuild, Variant};
+use crate::routing::PathId;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// One compiled program.
+#[derive(Debug, Clone)]
+pub struct CompiledProgram {
+    pub path: PathId,
+    pub name: String,
+    pub cache_key: String,
+    pub entries: Vec<String>,
+    pub cubin: Arc<Vec<u8>>,
+}
+
+/// Every program of a plan, ready to load on a device of the plan's architecture.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub arch: String,
+    pub variant: Variant,
+    pub nvrtc_version: (i32, i32),
+    pub programs: Vec<CompiledProgram>,
+}
+
+/// One line of the compile-only check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckRecord {
+    pub arch: String,
+    pub program: String,
+    /// `plain`, `checked`, ... (see `Variant::label`).
+    pub variant: String,
+    pub ok: bool,
+    /// Empty on success; the NVRTC error and log otherwise.
+    pub message: String,
+}
+
+/// Whether NVRTC can be loaded (all that compiling needs).
+pub fn nvrtc_available() -> bool {
+    ffi::nvrtc_library_present()
+}
+
+/// NVRTC's version, or NoDriver when NVRTC is missing.
+pub fn nvrtc_version() -> Result<(i32, i32), GpuError> {
+    if !nvrtc_available() {
+        return Err(GpuError::NoDriver("libnvrtc cannot be loaded".into()));
+    }
+    ffi::nvrtc_version().map_err(GpuError::NoDriver)
+}
+
+/// Where compiled CUBINs are kept: `RELATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/relattn`, else
+/// `~/.cache/relattn`; None when none of these is set.
+pub fn cache_dir() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("RELATTN_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("relattn")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache").join("relattn")))
+}
+
+fn memory_cache() -> &'static Mutex<HashMap<String, Arc<Vec<u8>>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Vec<u8>>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn cached(key: &str) -> Option<Arc<Vec<u8>>> {
+    if let Some(hit) = memory_cache().lock().ok()?.get(key) {
+        return Some(hit.clone());
+    }
+    let bytes = std::fs::read(cache_dir()?.join(format!("{key}.cubin"))).ok()?;
+    let bytes = Arc::new(bytes);
+    if let Ok(mut m) = memory_cache().lock() {
+        m.insert(key.to_string(), bytes.clone());
+    }
+    Some(bytes)
+}
+
+/// Keep a CUBIN in memory and, best effort, on disk (a failed write only costs a recompile).
+fn store(key: &str, cubin: &Arc<Vec<u8>>) {
+    if let Ok(mut m) = memory_cache().lock() {
+        m.insert(key.to_string(), cubin.clone());
+    }
+    if let Some(dir) = cache_dir() {
+        if std::fs::create_dir_all(&dir).is_ok() {
+            // Write then rename, so a concurrent reader never sees half a file.
+            let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
+            if std::fs::write(&tmp, cubin.as_slice()).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(format!("{key}.cubin")));
+            }
+        }
+    }
+}
+
+fn compile_one(p: &ProgramBuild, arch: &str, version: (i32, i32)) -> Result<CompiledProgram, GpuError> {
+    let key = p.cache_key(arch, version);
+    let cubin = match cached(&key) {
+        Some(c) => c,
+        None => {
+            let bytes = ffi::compile_cubin(&p.name, &p.source, &p.options).map_err(|log| GpuError::Nvrtc {
+                program: p.name.clone(),
+                arch: arch.to_string(),
+                log,
+            })?;
+            let bytes = Arc::new(bytes);
+            store(&key, &bytes);
+            bytes
+        }
+    };
+    Ok(CompiledProgram { path: p.path, name: p.name.clone(), cache_key: key, entries: p.entries.clone(), cubin })
+}
+
+/// Compile every program of `plan` in parallel. The first failing program (in plan order) is the
+/// error, with its NVRTC log.
+pub fn compile(plan: &CompilePlan) -> Result<Compiled, GpuError> {
+    let version = nvrtc_version()?;
+    let results: Vec<Result<CompiledProgram, GpuError>> =
+        plan.programs.par_iter().map(|p| compile_one(p, &plan.arch, version)).collect();
+    let programs = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(Compiled { arch: plan.arch.clone(), variant: plan.variant, nvrtc_version: version, programs })
+}
+
+/// Compile every program for every architecture and variant (in parallel, through the cache) and
+/// record which compiled. Err only when NVRTC is missing or an architecture name is malformed.
+pub fn compile_check(archs: &[&str], variants: &[Variant]) -> Result<Vec<CheckRecord>, GpuError> {
+    let version = nvrtc_version()?;
+    let mut jobs = Vec::new();
+    for &arch in archs {
+        for &variant in variants {
+            for program in CompilePlan::all_paths(arch, variant)?.programs {
+                jobs.push((arch, variant, program));
+            }
+        }
+    }
+    Ok(jobs
+        .par_iter()
+        .map(|(arch, variant, program)| {
+            let result = compile_one(program, arch, version);
+            CheckRecord {
+                arch: arch.to_string(),
+                program: program.name.clone(),
+                variant: variant.label(),
+                ok: result.is_ok(),
+                message: result.err().map(|e| e.to_string()).unwrap_or_default(),
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,147 @@
+//! One GPU: its context and stream, loading compiled programs, and recovery after a trap.
+
+#![deny(unsafe_code)]
+
+use super::compile::Compiled;
+use super::error::{driver, GpuError};
+use super::ffi;
+use super::plan::Variant;
+use super::source::{entry_name, Stage};
+use crate::routing::{Capability, PathId};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::nvrtc::Ptx;
+use relattn_reference::DType;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// An open GPU. `Send + Sync`: drive one per thread for several devices.
+#[derive(Debug)]
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    index: usize,
+    name: String,
+    capability: Capability,
+}
+
+/// The kernels of one `Compiled`, loaded on one `Gpu`.
+#[derive(Debug)]
+pub struct Loaded {
+    pub(crate) variant: Variant,
+    pub(crate) arch: String,
+    functions: HashMap<String, CudaFunction>,
+    paths: Vec<PathId>,
+}
+
+impl Gpu {
+    /// Whether libcuda and libnvrtc can both be loaded. Nothing may touch cudarc before this is
+    /// true: cudarc panics when a library is missing.
+    pub fn available() -> bool {
+        ffi::driver_library_present() && ffi::nvrtc_library_present()
+    }
+
+    /// GPUs the driver reports (0 when there is no driver).
+    pub fn device_count() -> Result<usize, GpuError> {
+        if !ffi::driver_library_present() {
+            return Err(GpuError::NoDriver("libcuda cannot be loaded".into()));
+        }
+        cudarc::driver::result::init().map_err(driver("initialising the CUDA driver"))?;
+        let n = CudaContext::device_count().map_err(driver("counting devices"))?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// Open device `index` (its primary context and a fresh stream).
+    pub fn open(index: usize) -> Result<Gpu, GpuError> {
+        if !Gpu::available() {
+            return Err(GpuError::NoDriver("libcuda or libnvrtc cannot be loaded".into()));
+        }
+        let count = Gpu::device_count()?;
+        if index >= count {
+            return Err(GpuError::NoDevice { index, count });
+        }
+        let ctx = CudaContext::new(index).map_err(driver(format!("opening GPU {index}")))?;
+        ffi::single_stream_mode(&ctx);
+        let name = ctx.name().map_err(driver("reading the device name"))?;
+        let (major, minor) = ctx.compute_capability().map_err(driver("reading the compute capability"))?;
+        let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
+        Ok(Gpu { ctx, stream, index, name, capability: Capability::new(major as u32, minor as u32) })
+    }
+
+    /// After a `Trap` the context is dead (CUDA errors are sticky). Drop every `Loaded` and
+    /// `DeviceProblem` made on this GPU, then call this: it releases the primary context, so the
+    /// driver destroys it, and opens a fresh one.
+    pub fn reopen(self) -> Result<Gpu, GpuError> {
+        let Gpu { ctx, stream, index, .. } = self;
+        drop(stream);
+        if Arc::strong_count(&ctx) > 1 {
+            return Err(GpuError::ContextInUse(index));
+        }
+        drop(ctx);
+        Gpu::open(index)
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn capability(&self) -> Capability {
+        self.capability
+    }
+
+    /// The NVRTC architecture of this device, e.g. `sm_90`.
+    pub fn arch(&self) -> String {
+        self.capability.sm_name()
+    }
+
+    /// The driver's CUDA version, e.g. 13000 for CUDA 13.0.
+    pub fn driver_version(&self) -> Result<i32, GpuError> {
+        ffi::driver_version().map_err(driver("reading the driver version"))
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), GpuError> {
+        self.ctx.mem_get_info().map_err(driver("reading device memory"))
+    }
+
+    /// Load every program of `compiled` (which must target this device's architecture).
+    pub fn load(&self, compiled: &Compiled) -> Result<Loaded, GpuError> {
+        let mut functions = HashMap::new();
+        let mut paths = Vec::new();
+        for program in &compiled.programs {
+            let what = format!("loading {} ({}) on {}", program.name, compiled.arch, self.name);
+            let module = self.ctx.load_module(Ptx::from_binary(program.cubin.to_vec())).map_err(driver(what))?;
+            for entry in &program.entries {
+                let f = module.load_function(entry).map_err(driver(format!("finding kernel {entry}")))?;
+                functions.insert(entry.clone(), f);
+            }
+            paths.push(program.path);
+        }
+        Ok(Loaded { variant: compiled.variant, arch: compiled.arch.clone(), functions, paths })
+    }
+}
+
+impl Loaded {
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    pub fn has_path(&self, path: PathId) -> bool {
+        self.paths.contains(&path)
+    }
+
+    pub(crate) fn function(&self, path: PathId, stage: Stage, dtype: DType) -> Result<(String, &CudaFunction), GpuError> {
+        let name = entry_name(path, stage, dtype);
+        match self.functions.get(&name) {
+            Some(f) => Ok((name, f)),
+            None => Err(GpuError::NotCompiled(path)),
+        }
+    }
+}

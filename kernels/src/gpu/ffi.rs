@@ -1,0 +1,125 @@
+//! Every `unsafe` of the crate: library probes, NVRTC's C API, raw memsets and kernel launches.
+//! Each block says why it is sound; nothing else in the crate may use `unsafe`.
+
+#![allow(unsafe_code)]
+
+use super::params::Params;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError, LaunchConfig,
+    PushKernelArg,
+};
+use cudarc::nvrtc;
+use std::ffi::{c_char, CString};
+use std::sync::Arc;
+
+// SAFETY: `Params` is `#[repr(C)]`, `Copy`, holds only integers and floats, and matches the C
+// struct the kernels take by value field for field (tested against common.cuh).
+unsafe impl DeviceRepr for Params {}
+
+/// Whether libcuda can be loaded. Must be true before anything touches cudarc's driver API,
+/// which panics when the library is missing.
+pub(crate) fn driver_library_present() -> bool {
+    // SAFETY: only tries to dlopen the library by name and drops the handle; no symbol is called.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Whether libnvrtc can be loaded (the same guard for cudarc's NVRTC API).
+pub(crate) fn nvrtc_library_present() -> bool {
+    // SAFETY: as above, a dlopen probe only.
+    unsafe { nvrtc::sys::is_culib_present() }
+}
+
+/// NVRTC's (major, minor) version. Call only after `nvrtc_library_present()`.
+pub(crate) fn nvrtc_version() -> Result<(i32, i32), String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present (caller's contract); both pointers are valid for writes.
+    unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+    Ok((major, minor))
+}
+
+/// The CUDA driver version as the driver reports it (e.g. 13000). Call only after
+/// `driver_library_present()`.
+pub(crate) fn driver_version() -> Result<i32, DriverError> {
+    let mut v = 0;
+    // SAFETY: the library is present (caller's contract); the pointer is valid for a write.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result()?;
+    Ok(v)
+}
+
+/// Compile `source` to a CUBIN for the `-arch` in `options`. Err carries NVRTC's error and full
+/// log. Call only after `nvrtc_library_present()`.
+pub(crate) fn compile_cubin(name: &str, source: &str, options: &[String]) -> Result<Vec<u8>, String> {
+    let src = CString::new(source).map_err(|_| "source contains a NUL byte".to_string())?;
+    let cname = CString::new(name).map_err(|_| "program name contains a NUL byte".to_string())?;
+    let prog = nvrtc::result::create_program(&src, Some(&cname)).map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
+    // SAFETY: `prog` was just created and is destroyed only at the end of this function; `src` and
+    // `cname` outlive it.
+    let compiled = unsafe { nvrtc::result::compile_program(prog, options) };
+    // SAFETY: as above.
+    let log = match unsafe { nvrtc::result::get_program_log(prog) } {
+        Ok(chars) => {
+            let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+        Err(e) => format!("(no log: {e:?})"),
+    };
+    let result = match compiled {
+        Err(e) => Err(format!("{e:?}\n{log}")),
+        Ok(()) => {
+            let mut size = 0usize;
+            // SAFETY: `prog` compiled successfully; `size` is valid for a write.
+            match unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size) }.result() {
+                Err(e) => Err(format!("nvrtcGetCUBINSize: {e:?} (is -arch a real sm_ architecture?)\n{log}")),
+                Ok(()) => {
+                    let mut cubin = vec![0u8; size];
+                    // SAFETY: `cubin` has exactly the size NVRTC reported for this program.
+                    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }
+                        .result()
+                        .map(|()| cubin)
+                        .map_err(|e| format!("nvrtcGetCUBIN: {e:?}\n{log}"))
+                }
+            }
+        }
+    };
+    // SAFETY: `prog` is valid and not used after this.
+    let _ = unsafe { nvrtc::result::destroy_program(prog) };
+    result
+}
+
+/// Turn off cudarc's per-buffer event tracking: every buffer of a `Gpu` lives on its one stream,
+/// where stream order already serialises all uses.
+pub(crate) fn single_stream_mode(ctx: &Arc<CudaContext>) {
+    // SAFETY: called right after the context is created, before any buffer exists; all later
+    // work on this context goes through one stream, so no cross-stream synchronisation is needed.
+    unsafe { ctx.disable_event_tracking() }
+}
+
+/// Set every byte of `buf` to `byte` (e.g. 0xFF: NaN in every float format), in stream order.
+pub(crate) fn fill_bytes<T>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, byte: u8) -> Result<(), DriverError> {
+    let n = buf.num_bytes();
+    let (ptr, _guard) = buf.device_ptr_mut(stream);
+    // SAFETY: `ptr` addresses `n` bytes owned by `buf`, which outlives the enqueued memset because
+    // every use of it is ordered on this stream and it is freed on the same stream.
+    unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, n, stream.cu_stream()) }
+}
+
+/// Launch one kernel taking `Params` by value, with the CTA size common.cuh is built for.
+pub(crate) fn launch(
+    stream: &Arc<CudaStream>,
+    func: &CudaFunction,
+    grid: (u32, u32, u32),
+    threads: u32,
+    params: &Params,
+) -> Result<(), DriverError> {
+    let cfg = LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+    let mut builder = stream.launch_builder(func);
+    builder.arg(params);
+    // SAFETY: every kernel of the relattn programs takes exactly one `Params` by value (the entry
+    // macro in common.cuh), and `params` mirrors it. Its pointers come from live buffers of this
+    // context that stay alive until the stream is synchronised after the launches, and the sizes
+    // in it are those buffers' lengths, which the kernels' index arithmetic stays within (and
+    // checks under RELATTN_BOUNDS_CHECK).
+    unsafe { builder.launch(cfg) }.map(|_| ())
+}

@@ -1,0 +1,98 @@
+//! The host-side facts of a problem that launches need (sizes, lengths, strides), kept after the
+//! tensors are uploaded so a `DeviceProblem` can be planned and run without the `Problem`.
+
+#![deny(unsafe_code)]
+
+use relattn_reference::{DType, KvView, Problem};
+
+/// Scalars and per-request lengths of one problem.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Geometry {
+    pub dtype: DType,
+    /// `T`: rows of q and out, padding included.
+    pub total_rows: usize,
+    /// `cu_seqlens_q[B]`.
+    pub real_rows: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rel_extent: usize,
+    pub page_size: usize,
+    pub window_left: i64,
+    pub softmax_scale: f64,
+    /// `Lq_b` per request.
+    pub q_lens: Vec<usize>,
+    /// `Lk_b` per request.
+    pub kv_lens: Vec<usize>,
+    /// Entries per block-table row (`max_pages`).
+    pub max_pages: usize,
+    pub num_blocks: usize,
+    /// Elements of the cache buffer.
+    pub kv_elems: usize,
+    pub k: KvView,
+    pub v: KvView,
+}
+
+impl Geometry {
+    pub fn of(p: &Problem) -> Geometry {
+        Geometry {
+            dtype: p.dtype,
+            total_rows: p.total_rows(),
+            real_rows: p.real_rows(),
+            num_heads: p.num_heads,
+            num_kv_heads: p.num_kv_heads,
+            head_dim: p.head_dim,
+            rel_extent: p.rel_extent,
+            page_size: p.page_size,
+            window_left: p.window_left,
+            softmax_scale: p.softmax_scale,
+            q_lens: p.requests().map(|r| r.q_len).collect(),
+            kv_lens: p.requests().map(|r| r.kv_len).collect(),
+            max_pages: p.max_pages(),
+            num_blocks: p.num_blocks,
+            kv_elems: p.kv.len(),
+            k: p.k,
+            v: p.v,
+        }
+    }
+
+    pub fn batch(&self) -> usize {
+        self.q_lens.len()
+    }
+
+    /// `G = H / Hkv`.
+    pub fn group(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+
+    pub fn max_query_len(&self) -> usize {
+        self.q_lens.iter().copied().max().unwrap_or(0)
+    }
+
+    pub fn max_kv_len(&self) -> usize {
+        self.kv_lens.iter().copied().max().unwrap_or(0)
+    }
+
+    pub fn is_local(&self) -> bool {
+        self.window_left >= 0
+    }
+
+    /// Every request has at most one new token.
+    pub fn decode_only(&self) -> bool {
+        self.max_query_len() <= 1
+    }
+
+    /// The shape routing's policies look at.
+    pub fn shape(&self) -> crate::routing::Shape {
+        crate::routing::Shape {
+            batch: self.batch(),
+            max_query_len: self.max_query_len(),
+            num_heads: self.num_heads,
+            num_kv_heads: self.num_kv_heads,
+            max_kv_len: self.max_kv_len(),
+            page_size: self.page_size,
+            window_left: self.window_left,
+            is_local: self.is_local(),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! What a path launches for a problem: which stages, their grids, the split count (from the
+//! production policy or forced) and the workspaces. Pure, so it is tested without a GPU; the
+//! kernels derive split ranges from the same formulas (`sheared_split_keys`, `decode_split_keys`).
+
+#![deny(unsafe_code)]
+
+use super::error::GpuError;
+use super::geometry::Geometry;
+use super::source::Stage;
+use crate::routing::{self, Capability, PathId};
+use std::ops::Range;
+
+/// Query rows (x heads) a CTA computes; mirrors `ROWS` in common.cuh.
+pub const CTA_ROWS: usize = 32;
+/// Threads per CTA; mirrors `THREADS` in common.cuh.
+pub const CTA_THREADS: u32 = 128;
+/// The only head dim the kernels are built for; mirrors `HEAD_DIM`.
+pub const HEAD_DIM: usize = 128;
+/// Key tile of the sheared bias buffer and of sheared_bias splits; mirrors `SHEAR_TILE`.
+pub const SHEAR_TILE: usize = 128;
+/// The SM100 row's policy drives sheared_bias's split count wherever it runs.
+pub const SHEARED_POLICY_ARCH: Capability = Capability::new(10, 0);
+
+/// How many KV splits a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Splits {
+    /// What the path's production policy picks (SPEC 4.1 for sheared_bias, 4.3 for fallback).
+    Policy,
+    /// Exactly this many (sheared_bias: any N >= 1; fallback: N >= 2 runs the split-KV decode
+    /// kernel and needs a decode-only batch, N == 1 the main kernel; score_mod: only 1).
+    Forced(usize),
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    pub stage: Stage,
+    pub grid: (u32, u32, u32),
+}
+
+/// Everything `run_path` launches for one (path, problem, splits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    pub path: PathId,
+    /// KV splits (1 = none).
+    pub num_splits: usize,
+    /// In launch order; launches with an empty grid are left out.
+    pub launches: Vec<Launch>,
+    /// Splits the fp32 partial workspace holds (0 = no workspace).
+    pub workspace_splits: usize,
+    /// Slots per (row, head) of the sheared bias buffer (0 = no buffer).
+    pub shear_width: usize,
+}
+
+fn unsupported(path: PathId, reason: impl Into<String>) -> GpuError {
+    GpuError::Unsupported { path, reason: reason.into() }
+}
+
+fn dim(path: PathId, what: &str, n: usize, max: usize) -> Result<u32, GpuError> {
+    if n > max {
+        return Err(unsupported(path, format!("{what} = {n} exceeds the grid limit {max}")));
+    }
+    Ok(n as u32)
+}
+
+/// Keys `[start, end)` of sheared_bias split `s` of a request with `kv_len` keys, or None when the
+/// split is empty: split s covers key tiles `[s * tps, (s + 1) * tps)` with
+/// `tps = ceil(ceil(kv_len / 128) / splits)`, and is empty iff `s * tps >= ceil(kv_len / 128)`.
+pub fn sheared_split_keys(kv_len: usize, splits: usize, s: usize) -> Option<Range<usize>> {
+    let tiles = kv_len.div_ceil(SHEAR_TILE);
+    let tps = tiles.div_ceil(splits.max(1));
+    (s * tps < tiles).then(|| s * tps * SHEAR_TILE..((s + 1) * tps * SHEAR_TILE).min(kv_len))
+}
+
+/// Keys of decode split `s` (SPEC 4.3), or None when the split is empty (`s * split_len >= eff`).
+pub fn decode_split_keys(kv_len: usize, window_left: i64, splits: usize, s: usize) -> Option<Range<usize>> {
+    let eff = match usize::try_from(window_left) {
+        Ok(w) => kv_len.min(w + 1),
+        Err(_) => kv_len,
+    };
+    let offset = kv_len - eff;
+    let split_len = eff.div_ceil(splits.max(1)).div_ceil(32) * 32;
+    (s * split_len < eff).then(|| offset + s * split_len..offset + ((s + 1) * split_len).min(eff))
+}
+
+/// The split count the production policy picks for `path` on this problem.
+pub fn policy_splits(path: PathId, g: &Geometry) -> usize {
+    let shape = g.shape();
+    match path {
+        PathId::ScoreMod => 1,
+        PathId::ShearedBias => {
+            routing::lookup(SHEARED_POLICY_ARCH).map_or(1, |row| routing::num_splits(row, &shape))
+        }
+        PathId::Fallback => {
+            if routing::use_split_kv_decode(
+                shape.max_query_len,
+                shape.max_kv_len,
+                shape.page_size,
+                shape.window_left,
+                true,
+            ) {
+                routing::decode_split_count(shape.max_kv_len, shape.window_left)
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// Plan the launches of `path` on a problem, or say why the path cannot take it.
+pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<LaunchPlan, GpuError> {
+    if g.head_dim != HEAD_DIM {
+        return Err(unsupported(path, format!("head_dim {} (the kernels are built for D = {HEAD_DIM})", g.head_dim)));
+    }
+    if let Splits::Forced(0) = splits {
+        return Err(unsupported(path, "num_splits must be at least 1"));
+    }
+    let h = g.num_heads;
+    let batch = dim(path, "batch", g.batch(), 65535)?;
+    let heads = dim(path, "num_heads", h, 65535)?;
+    let rows = dim(path, "real rows", g.real_rows, i32::MAX as usize)?;
+    let q_tiles = |rows_per_cta: usize| dim(path, "query tiles", g.max_query_len().div_ceil(rows_per_cta), i32::MAX as usize);
+    let mut launches = Vec::new();
+    let (num_splits, workspace_splits, shear_width) = match path {
+        PathId::ScoreMod => {
+            if let Splits::Forced(n) = splits {
+                if n > 1 {
+                    return Err(unsupported(path, format!("score_mod has no split-KV: num_splits must be 1, got {n}")));
+                }
+            }
+            launches.push(Launch { stage: Stage::Main, grid: (q_tiles(CTA_ROWS)?, heads, batch) });
+            (1, 0, 0)
+        }
+        PathId::ShearedBias => {
+            routing::check_path(path, g.rel_extent, g.window_left, 1).map_err(|r| unsupported(path, r))?;
+            let s = match splits {
+                Splits::Policy => policy_splits(path, g),
+                Splits::Forced(n) => n,
+            };
+            let tiles = q_tiles(CTA_ROWS)?;
+            launches.push(Launch { stage: Stage::Prologue, grid: (tiles, heads, batch) });
+            let split_heads = dim(path, "num_heads x num_splits", h.saturating_mul(s), 65535)?;
+            launches.push(Launch { stage: Stage::Main, grid: (tiles, split_heads, batch) });
+            if s > 1 {
+                launches.push(Launch { stage: Stage::Combine, grid: (rows, heads, 1) });
+            }
+            (s, if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
+        }
+        PathId::Fallback => {
+            let g_size = g.group();
+            if g_size > CTA_ROWS {
+                return Err(unsupported(path, format!("GQA group {g_size} exceeds {CTA_ROWS} heads per KV head")));
+            }
+            // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split).
+            let (decode, s) = match splits {
+                Splits::Policy => (uses_policy_decode(g), policy_splits(path, g)),
+                Splits::Forced(n) => (n > 1, n),
+            };
+            if decode && !g.decode_only() {
+                return Err(unsupported(
+                    path,
+                    format!("split-KV decode needs a decode-only batch (every q_len <= 1), max q_len is {}", g.max_query_len()),
+                ));
+            }
+            let kv_heads = dim(path, "num_kv_heads", g.num_kv_heads, 65535)?;
+            if decode {
+                let sx = dim(path, "num_splits", s, i32::MAX as usize)?;
+                launches.push(Launch { stage: Stage::Decode, grid: (sx, kv_heads, batch) });
+                launches.push(Launch { stage: Stage::Merge, grid: (rows, heads, 1) });
+                (s, s, 0)
+            } else {
+                launches.push(Launch { stage: Stage::Main, grid: (q_tiles(CTA_ROWS / g_size)?, kv_heads, batch) });
+                (1, 0, 0)
+            }
+        }
+    };
+    launches.retain(|l| l.grid.0 > 0 && l.grid.1 > 0 && l.grid.2 > 0);
+    Ok(LaunchPlan { path, num_splits, launches, workspace_splits, shear_width })
+}
+
+/// The fallback policy picks the two-stage decode kernel (possibly with one split).
+fn uses_policy_decode(g: &Geometry) -> bool {
+    routing::use_split_kv_decode(g.max_query_len(), g.max_kv_len(), g.page_size, g.window_left, true)
+}

@@ -1,0 +1,38 @@
+//! The GPU paths: CUDA C kernels (`kernels/cuda/`) compiled at run time by NVRTC and launched
+//! through cudarc.
+//!
+//! Flow: `Gpu::available()` (nothing touches cudarc before it is true) -> `CompilePlan` (pure)
+//! -> `compile` (parallel, cached) -> `Gpu::open` -> `Gpu::load` -> `Gpu::upload` (once per
+//! problem) -> `run_path` (per path, split count and trial).
+//!
+//! Every `unsafe` of the crate lives in `ffi`.
+
+#![deny(unsafe_code)]
+
+mod compile;
+mod device;
+mod error;
+mod ffi;
+mod geometry;
+mod launch_plan;
+mod mutant;
+mod params;
+mod plan;
+mod run;
+mod source;
+mod upload;
+
+pub use compile::{cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, CheckRecord, Compiled, CompiledProgram};
+pub use device::{Gpu, Loaded};
+pub use error::GpuError;
+pub use geometry::Geometry;
+pub use launch_plan::{
+    decode_split_keys, plan_launches, policy_splits, sheared_split_keys, Launch, LaunchPlan, Splits, CTA_ROWS,
+    CTA_THREADS, HEAD_DIM, SHEARED_POLICY_ARCH, SHEAR_TILE,
+};
+pub use mutant::Mutant;
+pub use params::{c_struct_fields, Params, FIELDS as PARAM_FIELDS, PARAMS_BYTES};
+pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
+pub use run::{run_path, GpuRun};
+pub use source::{entries, entry_name, files, program_name, program_source, Stage, DTYPES};
+pub use upload::{decode_bits, encode, out_poison, padding_bits, unwritten_bits, DeviceProblem};

@@ -1,0 +1,128 @@
+//! The compile plan: which NVRTC programs a run needs, with which options, and their cache keys.
+//! Pure data, so it is tested on machines without a GPU.
+
+#![deny(unsafe_code)]
+
+use super::error::GpuError;
+use super::mutant::Mutant;
+use super::source;
+use crate::routing::PathId;
+use sha2::{Digest, Sha256};
+
+/// The architectures the compile-only check covers (every routed family plus SM120).
+pub const CHECK_ARCHS: [&str; 8] =
+    ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120"];
+
+/// Compile-time switches of a build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Variant {
+    /// `-DRELATTN_BOUNDS_CHECK`: every global index is checked; a violation traps.
+    pub bounds_check: bool,
+    /// `-DRELATTN_MUTANT=n`: plant one defect.
+    pub mutant: Option<Mutant>,
+}
+
+impl Variant {
+    pub const PLAIN: Variant = Variant { bounds_check: false, mutant: None };
+    pub const CHECKED: Variant = Variant { bounds_check: true, mutant: None };
+
+    /// A short label, e.g. `plain`, `checked`, `checked+kv_head_modulo`.
+    pub fn label(&self) -> String {
+        let base = if self.bounds_check { "checked" } else { "plain" };
+        match self.mutant {
+            Some(m) => format!("{base}+{m}"),
+            None => base.to_string(),
+        }
+    }
+}
+
+/// One NVRTC program of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramBuild {
+    pub path: PathId,
+    /// Name in NVRTC logs, e.g. `sheared_bias.cu`.
+    pub name: String,
+    pub source: String,
+    pub options: Vec<String>,
+    /// Kernels the program must define.
+    pub entries: Vec<String>,
+}
+
+impl ProgramBuild {
+    /// sha256 over source, options, arch and NVRTC version: a change to any of them is a new key.
+    pub fn cache_key(&self, arch: &str, nvrtc_version: (i32, i32)) -> String {
+        let mut h = Sha256::new();
+        for part in [
+            "relattn-cubin-v1",
+            &self.source,
+            &self.options.join("\u{1f}"),
+            arch,
+            &format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1),
+        ] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        hex::encode(h.finalize())
+    }
+}
+
+/// Every program a run needs for one architecture and variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompilePlan {
+    pub arch: String,
+    pub variant: Variant,
+    pub programs: Vec<ProgramBuild>,
+}
+
+impl CompilePlan {
+    /// The programs of `paths` (duplicates dropped) for `arch` (e.g. `sm_90`).
+    pub fn new(arch: &str, variant: Variant, paths: &[PathId]) -> Result<CompilePlan, GpuError> {
+        check_arch(arch)?;
+        let mut seen = Vec::new();
+        for &p in paths {
+            if !seen.contains(&p) {
+                seen.push(p);
+            }
+        }
+        let programs = seen
+            .into_iter()
+            .map(|path| ProgramBuild {
+                path,
+                name: source::program_name(path),
+                source: source::program_source(path),
+                options: options(arch, variant),
+                entries: source::entries(path),
+            })
+            .collect();
+        Ok(CompilePlan { arch: arch.to_string(), variant, programs })
+    }
+
+    /// All three paths.
+    pub fn all_paths(arch: &str, variant: Variant) -> Result<CompilePlan, GpuError> {
+        CompilePlan::new(arch, variant, &PathId::ALL)
+    }
+}
+
+/// NVRTC options of a build. No include path: the sources include nothing.
+pub fn options(arch: &str, variant: Variant) -> Vec<String> {
+    let mut o = vec![format!("-arch={arch}"), "--std=c++17".to_string(), "-default-device".to_string()];
+    if variant.bounds_check {
+        o.push("-DRELATTN_BOUNDS_CHECK".to_string());
+    }
+    if let Some(m) = variant.mutant {
+        o.push(format!("-DRELATTN_MUTANT={}", m.define()));
+    }
+    o
+}
+
+/// `sm_` followed by digits and an optional letter suffix (`sm_90a`, `sm_100f`).
+pub fn check_arch(arch: &str) -> Result<(), GpuError> {
+    let bad = || GpuError::BadArch(arch.to_string());
+    let rest = arch.strip_prefix("sm_").ok_or_else(bad)?;
+    let digits = rest.trim_end_matches(|c: char| c.is_ascii_lowercase());
+    let suffix = &rest[digits.len()..];
+    if digits.len() < 2 || !digits.bytes().all(|b| b.is_ascii_digit()) || suffix.len() > 1 {
+        return Err(bad());
+    }
+    Ok(())
+}

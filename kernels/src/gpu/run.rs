@@ -1,0 +1,222 @@
+//! Running a path on an uploaded problem: poison, launch, time, read back, check.
+
+#![deny(unsafe_code)]
+
+use super::device::{Gpu, Loaded};
+use super::error::{driver, GpuError};
+use super::ffi;
+use super::launch_plan::{plan_launches, LaunchPlan, Splits, CTA_THREADS, HEAD_DIM};
+use super::params::Params;
+use super::upload::{bits_at, unwritten_bits, DeviceProblem};
+use crate::routing::PathId;
+use cudarc::driver::{sys, CudaSlice, DevicePtr, DriverError};
+use ndarray::Array3;
+
+/// What one run of a path produced.
+#[derive(Debug, Clone)]
+pub struct GpuRun {
+    /// `out` `[T, H, D]` as read back (padding rows included, as they were found).
+    pub out: Array3<f32>,
+    /// Padding rows are bit-identical to what they held before the launch.
+    pub padding_intact: bool,
+    /// Real-row elements still holding the unwritten poison.
+    pub unwritten: usize,
+    /// The first of them as `(t, h, c)`.
+    pub first_unwritten: Option<(usize, usize, usize)>,
+    /// CUDA-event time of the path's launches (prologue and combine included), in ms.
+    pub ms: f32,
+    pub num_splits: usize,
+    /// Kernels launched, in order.
+    pub kernels: Vec<String>,
+}
+
+/// The errors that leave the context dead (a trap or a fault inside a kernel).
+fn is_fault(e: &DriverError) -> bool {
+    use sys::cudaError_enum as E;
+    matches!(
+        e.0,
+        E::CUDA_ERROR_LAUNCH_FAILED
+            | E::CUDA_ERROR_ILLEGAL_ADDRESS
+            | E::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | E::CUDA_ERROR_MISALIGNED_ADDRESS
+            | E::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | E::CUDA_ERROR_INVALID_PC
+            | E::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | E::CUDA_ERROR_ASSERT
+            | E::CUDA_ERROR_LAUNCH_TIMEOUT
+    )
+}
+
+fn after_launch(kernel: &str) -> impl FnOnce(DriverError) -> GpuError + '_ {
+    move |e| {
+        if is_fault(&e) {
+            GpuError::Trap { kernel: kernel.to_string(), detail: format!("{e}") }
+        } else {
+            GpuError::Driver { what: format!("running {kernel}"), source: e }
+        }
+    }
+}
+
+fn ptr<T>(gpu: &Gpu, buf: &CudaSlice<T>) -> u64 {
+    let (p, _guard) = buf.device_ptr(&gpu.stream);
+    p
+}
+
+/// Run `path` on `problem` with `splits`. Before the launches, real rows of `out` are poisoned
+/// with a NaN pattern, padding rows with a sentinel, and workspaces with NaN; after them the
+/// padding is compared bit for bit and unwritten real elements are counted.
+pub fn run_path(
+    gpu: &Gpu,
+    loaded: &Loaded,
+    problem: &DeviceProblem,
+    path: PathId,
+    splits: Splits,
+) -> Result<GpuRun, GpuError> {
+    if problem.device != gpu.index() {
+        return Err(GpuError::Driver {
+            what: format!("running on GPU {} a problem uploaded to GPU {}", gpu.index(), problem.device),
+            source: DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_CONTEXT),
+        });
+    }
+    if !loaded.has_path(path) {
+        return Err(GpuError::NotCompiled(path));
+    }
+    let g = &problem.geometry;
+    let plan = plan_launches(path, g, splits)?;
+    let stream = &gpu.stream;
+    let rows = g.total_rows * g.num_heads;
+
+    // Workspaces, poisoned so a read of anything no kernel wrote shows up as NaN.
+    let ws_o_len = plan.workspace_splits * rows * HEAD_DIM;
+    let ws_lse_len = plan.workspace_splits * rows;
+    let shear_len = rows * plan.shear_width;
+    let mut ws_o = stream.alloc_zeros::<f32>(ws_o_len.max(1)).map_err(driver("allocating the split workspace"))?;
+    let mut ws_lse = stream.alloc_zeros::<f32>(ws_lse_len.max(1)).map_err(driver("allocating the LSE workspace"))?;
+    let mut shear = stream
+        .alloc_zeros::<u8>((shear_len * g.dtype.size_bytes()).max(1))
+        .map_err(driver("allocating the sheared bias buffer"))?;
+    for what in [&mut ws_o, &mut ws_lse] {
+        ffi::fill_bytes(stream, what, 0xFF).map_err(driver("poisoning the workspace"))?;
+    }
+    ffi::fill_bytes(stream, &mut shear, 0xFF).map_err(driver("poisoning the sheared bias buffer"))?;
+    // A fresh `out` holding the poison image (the kernels write it in place).
+    // (Never empty: a zero-length allocation is refused by some drivers.)
+    let mut image = problem.out_poison.clone();
+    image.resize(image.len().max(4), 0);
+    let out = stream.clone_htod(&image).map_err(driver("poisoning out"))?;
+
+    let params = params(gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len);
+    let start = gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("creating an event"))?;
+    let end = gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("creating an event"))?;
+    start.record(stream).map_err(driver("recording an event"))?;
+    let mut kernels = Vec::new();
+    for launch in &plan.launches {
+        let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
+        ffi::launch(stream, func, launch.grid, CTA_THREADS, &params).map_err(after_launch(&name))?;
+        if loaded.variant.bounds_check {
+            // Synchronise per kernel so a trap names the kernel that raised it.
+            stream.synchronize().map_err(after_launch(&name))?;
+        }
+        kernels.push(name);
+    }
+    end.record(stream).map_err(driver("recording an event"))?;
+    let all = kernels.join(", ");
+    stream.synchronize().map_err(after_launch(&all))?;
+    let ms = start.elapsed_ms(&end).map_err(driver("reading the event timer"))?;
+
+    let bytes = stream.clone_dtoh(&out).map_err(after_launch(&all))?;
+    let out_bytes = &bytes[..problem.out_poison.len()];
+    let padding_start = g.real_rows * g.num_heads * g.head_dim * g.dtype.size_bytes();
+    let padding_intact = out_bytes[padding_start..] == problem.out_poison[padding_start..];
+    let poison = unwritten_bits(g.dtype);
+    let real = g.real_rows * g.num_heads * g.head_dim;
+    let mut unwritten = 0;
+    let mut first_unwritten = None;
+    for i in 0..real {
+        if bits_at(g.dtype, out_bytes, i) == poison {
+            unwritten += 1;
+            if first_unwritten.is_none() {
+                let c = i % g.head_dim;
+                let h = (i / g.head_dim) % g.num_heads;
+                first_unwritten = Some((i / (g.head_dim * g.num_heads), h, c));
+            }
+        }
+    }
+    Ok(GpuRun {
+        out: problem.decode_out(out_bytes),
+        padding_intact,
+        unwritten,
+        first_unwritten,
+        ms,
+        num_splits: plan.num_splits,
+        kernels,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn params(
+    gpu: &Gpu,
+    p: &DeviceProblem,
+    plan: &LaunchPlan,
+    out: &CudaSlice<u8>,
+    ws_o: &CudaSlice<f32>,
+    ws_lse: &CudaSlice<f32>,
+    shear: &CudaSlice<u8>,
+    ws_o_len: usize,
+    ws_lse_len: usize,
+    shear_len: usize,
+) -> Params {
+    let g = &p.geometry;
+    let i = |x: usize| x as i64;
+    let (t, h, d, e) = (g.total_rows, g.num_heads, g.head_dim, g.rel_extent);
+    Params {
+        q: ptr(gpu, &p.q),
+        kv: ptr(gpu, &p.kv),
+        rel: ptr(gpu, &p.rel),
+        out: ptr(gpu, out),
+        block_table: ptr(gpu, &p.block_table),
+        seqused_k: ptr(gpu, &p.seqused_k),
+        cu_seqlens_q: ptr(gpu, &p.cu_seqlens_q),
+        ws_o: ptr(gpu, ws_o),
+        ws_lse: ptr(gpu, ws_lse),
+        shear: ptr(gpu, shear),
+        t: i(t),
+        h: i(h),
+        hkv: i(g.num_kv_heads),
+        g: i(g.group()),
+        d: i(d),
+        e: i(e),
+        b: i(g.batch()),
+        bt_stride: i(g.max_pages),
+        page_size: i(g.page_size),
+        k_off: i(g.k.offset),
+        k_block: i(g.k.block_stride),
+        k_slot: i(g.k.slot_stride),
+        k_head: i(g.k.head_stride),
+        v_off: i(g.v.offset),
+        v_block: i(g.v.block_stride),
+        v_slot: i(g.v.slot_stride),
+        v_head: i(g.v.head_stride),
+        window_left: g.window_left,
+        num_splits: i(plan.num_splits),
+        shear_width: i(plan.shear_width),
+        real_rows: i(g.real_rows),
+        q_size: i(t * h * d),
+        kv_size: i(g.kv_elems),
+        rel_size: i(t * h * e),
+        out_size: i(t * h * d),
+        bt_size: i(g.batch() * g.max_pages),
+        ws_o_size: i(ws_o_len),
+        ws_lse_size: i(ws_lse_len),
+        shear_size: i(shear_len),
+        scale: g.softmax_scale as f32,
+        pad: 0,
+    }
+}
+
+impl Gpu {
+    /// `run_path` as a method.
+    pub fn run(&self, loaded: &Loaded, problem: &DeviceProblem, path: PathId, splits: Splits) -> Result<GpuRun, GpuError> {
+        run_path(self, loaded, problem, path, splits)
+    }
+}

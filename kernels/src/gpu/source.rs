@@ -1,0 +1,88 @@
+//! The CUDA C sources (real files under `kernels/cuda/`, embedded) and the names of their entries.
+//!
+//! One NVRTC program per path: `common.cuh` followed by the path's `.cu` file. Entries are
+//! `extern "C"` kernels named `{path}_{stage}_{dtype}`.
+
+#![deny(unsafe_code)]
+
+use crate::routing::PathId;
+use relattn_reference::DType;
+
+/// Device code every program starts with.
+pub const COMMON: &str = include_str!("../../cuda/common.cuh");
+pub const SCORE_MOD: &str = include_str!("../../cuda/score_mod.cu");
+pub const SHEARED_BIAS: &str = include_str!("../../cuda/sheared_bias.cu");
+pub const FALLBACK: &str = include_str!("../../cuda/fallback.cu");
+
+/// The files a program is made of, in order, as (name, text).
+pub fn files(path: PathId) -> [(&'static str, &'static str); 2] {
+    let own = match path {
+        PathId::ScoreMod => ("score_mod.cu", SCORE_MOD),
+        PathId::ShearedBias => ("sheared_bias.cu", SHEARED_BIAS),
+        PathId::Fallback => ("fallback.cu", FALLBACK),
+    };
+    [("common.cuh", COMMON), own]
+}
+
+/// The full text NVRTC compiles for a path.
+pub fn program_source(path: PathId) -> String {
+    let [(_, common), (name, own)] = files(path);
+    format!("{common}\n// ---- {name} ----\n{own}")
+}
+
+/// The program's name in NVRTC logs and errors.
+pub fn program_name(path: PathId) -> String {
+    format!("{}.cu", path.as_str())
+}
+
+/// A kernel stage of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// sheared_bias: build the sheared bias buffer.
+    Prologue,
+    /// The tiled flash kernel of every path.
+    Main,
+    /// sheared_bias: merge split partials.
+    Combine,
+    /// fallback: split-KV decode, stage 1.
+    Decode,
+    /// fallback: split-KV decode, stage 2.
+    Merge,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Prologue => "prologue",
+            Stage::Main => "main",
+            Stage::Combine => "combine",
+            Stage::Decode => "decode",
+            Stage::Merge => "merge",
+        }
+    }
+
+    /// The stages a path's program defines.
+    pub fn of(path: PathId) -> &'static [Stage] {
+        match path {
+            PathId::ScoreMod => &[Stage::Main],
+            PathId::ShearedBias => &[Stage::Prologue, Stage::Main, Stage::Combine],
+            PathId::Fallback => &[Stage::Main, Stage::Decode, Stage::Merge],
+        }
+    }
+}
+
+/// The dtypes every program has entries for.
+pub const DTYPES: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
+
+/// `{path}_{stage}_{dtype}`, e.g. `sheared_bias_combine_bf16`.
+pub fn entry_name(path: PathId, stage: Stage, dtype: DType) -> String {
+    format!("{}_{}_{}", path.as_str(), stage.as_str(), dtype.name())
+}
+
+/// Every entry of a path's program.
+pub fn entries(path: PathId) -> Vec<String> {
+    Stage::of(path)
+        .iter()
+        .flat_map(|&stage| DTYPES.iter().map(move |&dt| entry_name(path, stage, dt)))
+        .collect()
+}

@@ -1,0 +1,145 @@
+//! A problem's tensors on the device, uploaded once in the case dtype and reused by every path,
+//! split count and trial; plus the poison patterns `out` is reset to before each launch.
+
+#![deny(unsafe_code)]
+
+use super::device::Gpu;
+use super::error::{driver, GpuError};
+use super::geometry::Geometry;
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+use ndarray::Array3;
+use relattn_reference::{DType, Problem};
+
+/// What unwritten real rows of `out` hold: a NaN payload no arithmetic produces (GPUs produce the
+/// canonical NaN), so "never written" and "computed NaN" stay distinguishable.
+pub fn unwritten_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::Bf16 => 0x7FA1,
+        DType::F16 => 0x7DA1,
+        DType::F32 => 0x7FA1_A1A1,
+    }
+}
+
+/// What padding rows of `out` hold before a launch; they must read back bit-identical.
+pub fn padding_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::Bf16 => 0xFFA5,
+        DType::F16 => 0xFDA5,
+        DType::F32 => 0xFFA5_A5A5,
+    }
+}
+
+/// Little-endian bytes of `values` in `dtype` (values are exactly representable, so this is exact).
+pub fn encode(dtype: DType, values: impl Iterator<Item = f32>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for x in values {
+        match dtype {
+            DType::Bf16 => out.extend_from_slice(&bf16::from_f32(x).to_bits().to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&f16::from_f32(x).to_bits().to_le_bytes()),
+            DType::F32 => out.extend_from_slice(&x.to_bits().to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// The bit pattern of element `i` of a little-endian `dtype` buffer.
+pub fn bits_at(dtype: DType, bytes: &[u8], i: usize) -> u32 {
+    match dtype.size_bytes() {
+        2 => u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]) as u32,
+        _ => u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]),
+    }
+}
+
+/// The value of a bit pattern of `dtype`.
+pub fn decode_bits(dtype: DType, bits: u32) -> f32 {
+    match dtype {
+        DType::Bf16 => bf16::from_bits(bits as u16).to_f32(),
+        DType::F16 => f16::from_bits(bits as u16).to_f32(),
+        DType::F32 => f32::from_bits(bits),
+    }
+}
+
+/// The image `out` is reset to before each launch: real rows `unwritten_bits`, padding rows
+/// `padding_bits`.
+pub fn out_poison(g: &Geometry) -> Vec<u8> {
+    let per_row = g.num_heads * g.head_dim;
+    let (real, pad) = (unwritten_bits(g.dtype), padding_bits(g.dtype));
+    let width = g.dtype.size_bytes();
+    let mut out = Vec::with_capacity(g.total_rows * per_row * width);
+    for row in 0..g.total_rows {
+        let bits = if row < g.real_rows { real } else { pad };
+        for _ in 0..per_row {
+            out.extend_from_slice(&bits.to_le_bytes()[..width]);
+        }
+    }
+    out
+}
+
+/// A problem uploaded to one GPU.
+#[derive(Debug)]
+pub struct DeviceProblem {
+    pub(crate) geometry: Geometry,
+    pub(crate) q: CudaSlice<u8>,
+    pub(crate) kv: CudaSlice<u8>,
+    pub(crate) rel: CudaSlice<u8>,
+    pub(crate) block_table: CudaSlice<i32>,
+    pub(crate) seqused_k: CudaSlice<i32>,
+    pub(crate) cu_seqlens_q: CudaSlice<i32>,
+    pub(crate) out_poison: Vec<u8>,
+    pub(crate) device: usize,
+}
+
+impl DeviceProblem {
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// Decode `out` bytes read back into `[T, H, D]` f32.
+    pub(crate) fn decode_out(&self, bytes: &[u8]) -> Array3<f32> {
+        let g = &self.geometry;
+        let n = g.total_rows * g.num_heads * g.head_dim;
+        let values: Vec<f32> = (0..n).map(|i| decode_bits(g.dtype, bits_at(g.dtype, bytes, i))).collect();
+        Array3::from_shape_vec((g.total_rows, g.num_heads, g.head_dim), values)
+            .unwrap_or_else(|_| Array3::zeros((g.total_rows, g.num_heads, g.head_dim)))
+    }
+}
+
+/// Device allocations of zero length are refused by some drivers: keep every buffer non-empty
+/// (the kernels never index past the logical sizes passed in `Params`).
+fn upload<T: cudarc::driver::DeviceRepr + Copy + Default>(
+    gpu: &Gpu,
+    what: &str,
+    mut host: Vec<T>,
+) -> Result<CudaSlice<T>, GpuError> {
+    if host.is_empty() {
+        host.push(T::default());
+    }
+    gpu.stream.clone_htod(&host).map_err(driver(format!("uploading {what}")))
+}
+
+impl Gpu {
+    /// Upload a problem's tensors in its dtype (K and V as the one cache buffer with its views).
+    pub fn upload(&self, p: &Problem) -> Result<DeviceProblem, GpuError> {
+        let geometry = Geometry::of(p);
+        let dt = p.dtype;
+        let q = upload(self, "q", encode(dt, p.q.iter().copied()))?;
+        let kv = upload(self, "the KV cache", encode(dt, p.kv.iter().copied()))?;
+        let rel = upload(self, "rel_logits", encode(dt, p.rel_logits.iter().copied()))?;
+        let out_poison = out_poison(&geometry);
+        let block_table = upload(self, "block_table", p.block_table.iter().copied().collect())?;
+        let seqused_k = upload(self, "seqused_k", p.seqused_k.clone())?;
+        let cu_seqlens_q = upload(self, "cu_seqlens_q", p.cu_seqlens_q.clone())?;
+        Ok(DeviceProblem {
+            geometry,
+            q,
+            kv,
+            rel,
+            block_table,
+            seqused_k,
+            cu_seqlens_q,
+            out_poison,
+            device: self.index(),
+        })
+    }
+}

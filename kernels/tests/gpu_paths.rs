@@ -1,0 +1,272 @@
+//! Every GPU path against the f64 reference with SPEC section 6's bound, under forced and policy
+//! split counts, with and without the bounds check; every planted defect caught; the compile-only
+//! check over all architectures; a small timing print.
+//!
+//! Needs an NVIDIA GPU with driver and NVRTC:
+//! `cargo test -p relattn-kernels --test gpu_paths -- --ignored --test-threads 1 --nocapture`
+
+use rayon::prelude::*;
+use relattn_kernels::gpu::{
+    compile, compile_check, run_path, CompilePlan, Gpu, GpuError, GpuRun, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+};
+use relattn_kernels::routing::PathId;
+use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
+use relattn_reference::{fast, emulate, CacheLayout, DType, Problem, RefOutput};
+
+struct Case {
+    name: &'static str,
+    problem: Problem,
+    ref64: RefOutput,
+    ref_lp: RefOutput,
+}
+
+fn case(name: &'static str, spec: GenSpec) -> Case {
+    let problem = generate(&spec).unwrap();
+    let ref64 = fast::attention(&problem);
+    let ref_lp = emulate::attention(&problem);
+    Case { name, problem, ref64, ref_lp }
+}
+
+/// Small cases covering the axes of SPEC sections 2 and 5.
+fn cases() -> Vec<Case> {
+    let mut mixed = GenSpec::global(16, 2, vec![(37, 300), (0, 50), (1, 700), (64, 64), (5, 1100)], 11);
+    mixed.rel_extent = 256;
+    mixed.padding_rows = 3;
+    let mut local = GenSpec::local(8, 2, 128, vec![(20, 400), (1, 300), (33, 33)], 12);
+    local.page_size = 128;
+    local.layout = CacheLayout::HndPacked;
+    let mut decode = GenSpec::global(8, 1, vec![(1, 2000), (1, 1), (0, 10), (1, 513)], 13);
+    decode.rel_extent = 256;
+    decode.layout = CacheLayout::Contiguous;
+    decode.padding_rows = 2;
+    let mut local_decode = GenSpec::local(16, 4, 128, vec![(1, 1000), (1, 60), (1, 129)], 14);
+    local_decode.page_size = 32;
+    let mut aliased = GenSpec::global(4, 4, vec![(17, 40), (3, 3)], 15);
+    aliased.rel_extent = 128;
+    aliased.pages = PageMode::AllZero;
+    aliased.bias = BiasMode::Distinct;
+    aliased.padding_rows = 1;
+    let mut fp16 = GenSpec::global(6, 3, vec![(9, 200), (40, 40)], 16);
+    fp16.dtype = DType::F16;
+    fp16.rel_extent = 128;
+    let mut fp32 = GenSpec::local(4, 1, 256, vec![(3, 600), (2, 2)], 17);
+    fp32.dtype = DType::F32;
+    fp32.padding_rows = 1;
+    vec![
+        case("mixed_global_g8_page16_nhd", mixed),
+        case("local_page128_hnd_tail33", local),
+        case("decode_g8_contiguous", decode),
+        case("local_decode_page32", local_decode),
+        case("all_zero_block_table", aliased),
+        case("fp16_g2", fp16),
+        case("fp32_local_mqa", fp32),
+    ]
+}
+
+fn split_settings(path: PathId, p: &Problem) -> Vec<Splits> {
+    match path {
+        PathId::ScoreMod => vec![Splits::Policy],
+        PathId::ShearedBias => [1, 2, 3, 7, 16, 128].into_iter().map(Splits::Forced).chain([Splits::Policy]).collect(),
+        PathId::Fallback => {
+            let mut s = vec![Splits::Policy, Splits::Forced(1)];
+            if p.max_query_len() <= 1 {
+                s.extend([2, 3, 7, 32].map(Splits::Forced));
+            }
+            s
+        }
+    }
+}
+
+/// SPEC section 6 on the real rows. Ok(worst error-to-bound ratio) or the first violation.
+fn judge(case: &Case, run: &GpuRun) -> Result<f64, String> {
+    let p = &case.problem;
+    if run.unwritten > 0 {
+        return Err(format!("{} real elements unwritten, first {:?}", run.unwritten, run.first_unwritten));
+    }
+    if !run.padding_intact {
+        return Err("padding rows of out were written".into());
+    }
+    let (atol, tol2) = match p.dtype {
+        DType::Bf16 => (2f64.powi(-7), 2e-2),
+        DType::F16 => (2f64.powi(-10), 5e-3),
+        DType::F32 => (2f64.powi(-23), 1e-5),
+    };
+    let (mut max_abs, mut lp_err, mut worst_b, mut first_b) = (0f64, 0f64, 0f64, None);
+    for t in 0..p.real_rows() {
+        for h in 0..p.num_heads {
+            for c in 0..p.head_dim {
+                let (o, r) = (run.out[[t, h, c]] as f64, case.ref64.out[[t, h, c]]);
+                if !o.is_finite() {
+                    return Err(format!("non-finite {o} at {t}:{h}:{c}"));
+                }
+                let err = (o - r).abs();
+                max_abs = max_abs.max(err);
+                lp_err = lp_err.max((case.ref_lp.out[[t, h, c]] - r).abs());
+                let ratio_b = err / (tol2 + tol2 * r.abs());
+                if ratio_b > 1.0 && first_b.is_none() {
+                    first_b = Some(format!("{t}:{h}:{c} gpu {o} ref {r}"));
+                }
+                worst_b = f64::max(worst_b, ratio_b);
+            }
+        }
+    }
+    let bound = 2.0 * lp_err + atol;
+    if max_abs > bound {
+        return Err(format!("max |out - ref64| = {max_abs:.3e} > bound {bound:.3e}"));
+    }
+    if let Some(at) = first_b {
+        return Err(format!("elementwise bound broken at {at}"));
+    }
+    Ok((max_abs / bound).max(worst_b))
+}
+
+fn load(gpu: &Gpu, variant: Variant) -> Loaded {
+    let plan = CompilePlan::all_paths(&gpu.arch(), variant).unwrap();
+    let compiled = compile(&plan).unwrap_or_else(|e| panic!("{e}"));
+    gpu.load(&compiled).unwrap()
+}
+
+/// Runs every case x path x split setting; returns the failures.
+fn check_all(gpu: &Gpu, loaded: &Loaded, cases: &[Case], label: &str) -> Vec<String> {
+    let mut failures = Vec::new();
+    for case in cases {
+        let dp = gpu.upload(&case.problem).unwrap();
+        for path in PathId::ALL {
+            let mut worst = 0f64;
+            let mut ms = Vec::new();
+            for splits in split_settings(path, &case.problem) {
+                match run_path(gpu, loaded, &dp, path, splits) {
+                    Ok(run) => match judge(case, &run) {
+                        Ok(ratio) => {
+                            worst = worst.max(ratio);
+                            ms.push(format!("{}:{:.3}", run.num_splits, run.ms));
+                        }
+                        Err(e) => failures.push(format!("[{label}] {} {path} {splits:?}: {e}", case.name)),
+                    },
+                    Err(GpuError::Unsupported { reason, .. }) => println!("[{label}] {} {path} {splits:?}: skip ({reason})", case.name),
+                    Err(e) => failures.push(format!("[{label}] {} {path} {splits:?}: {e}", case.name)),
+                }
+            }
+            println!("[{label}] {:<28} {:<13} worst ratio {worst:.3}  splits:ms {}", case.name, path.as_str(), ms.join(" "));
+        }
+    }
+    failures
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn every_path_matches_the_reference() {
+    let gpu = Gpu::open(0).unwrap();
+    println!("GPU 0: {} ({}, {})", gpu.name(), gpu.capability(), gpu.arch());
+    let cases = cases();
+    let mut failures = Vec::new();
+    for variant in [Variant::PLAIN, Variant::CHECKED] {
+        let loaded = load(&gpu, variant);
+        failures.extend(check_all(&gpu, &loaded, &cases, &variant.label()));
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The first (case, splits) on which `path` built with `variant` fails, or None if it survives.
+/// A trap reopens the GPU (the context is dead) and counts as caught.
+fn first_catch(gpu: &mut Option<Gpu>, variant: Variant, path: PathId, cases: &[Case]) -> Option<String> {
+    let g = gpu.take().unwrap();
+    let loaded = load(&g, variant);
+    let mut caught = None;
+    'cases: for case in cases {
+        let dp = g.upload(&case.problem).unwrap();
+        let mut settings = vec![Splits::Policy];
+        match path {
+            PathId::ShearedBias => settings.push(Splits::Forced(3)),
+            PathId::Fallback if case.problem.max_query_len() <= 1 => settings.push(Splits::Forced(3)),
+            _ => {}
+        }
+        for splits in settings {
+            match run_path(&g, &loaded, &dp, path, splits) {
+                Ok(run) => {
+                    if let Err(e) = judge(case, &run) {
+                        caught = Some(format!("{} {splits:?}: {e}", case.name));
+                        break 'cases;
+                    }
+                }
+                Err(GpuError::Unsupported { .. }) => {}
+                Err(e) => {
+                    caught = Some(format!("{} {splits:?}: {e}", case.name));
+                    break 'cases;
+                }
+            }
+        }
+    }
+    let trapped = caught.as_deref().is_some_and(|c| c.contains("trapped"));
+    drop(loaded);
+    *gpu = Some(if trapped { g.reopen().unwrap() } else { g });
+    caught
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn every_mutant_is_caught() {
+    let cases = cases();
+    let mut gpu = Some(Gpu::open(0).unwrap());
+    let arch = gpu.as_ref().unwrap().arch();
+    let variants: Vec<Variant> =
+        Mutant::ALL.iter().map(|&m| Variant { bounds_check: m.needs_bounds_check(), mutant: Some(m) }).collect();
+    // Compile every mutant build up front, in parallel (later loads hit the cache).
+    variants.par_iter().for_each(|&v| {
+        compile(&CompilePlan::all_paths(&arch, v).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    });
+    let mut survivors = Vec::new();
+    for v in variants {
+        let m = v.mutant.unwrap();
+        for &path in m.paths() {
+            match first_catch(&mut gpu, v, path, &cases) {
+                Some(how) => {
+                    if m.needs_bounds_check() && !how.contains("trapped") {
+                        survivors.push(format!("{m} on {path} was caught without a trap: {how}"));
+                    }
+                    println!("mutant {m:<20} {path:<13} caught: {how}");
+                }
+                None => survivors.push(format!("{m} on {path} survived every case")),
+            }
+        }
+    }
+    assert!(survivors.is_empty(), "{}", survivors.join("\n"));
+}
+
+#[test]
+#[ignore = "needs NVRTC (slow: every program for every architecture)"]
+fn every_program_compiles_for_every_architecture() {
+    let records = compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED]).unwrap();
+    for r in &records {
+        println!("compile {:<7} {:<16} {:<8} {}", r.arch, r.program, r.variant, if r.ok { "ok" } else { "FAILED" });
+    }
+    let failed: Vec<_> = records.iter().filter(|r| !r.ok).map(|r| format!("{} {} {}: {}", r.arch, r.program, r.variant, r.message)).collect();
+    assert_eq!(records.len(), CHECK_ARCHS.len() * 3 * 2);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn timing_print() {
+    let gpu = Gpu::open(0).unwrap();
+    let loaded = load(&gpu, Variant::PLAIN);
+    let mut prefill = GenSpec::global(16, 2, vec![(2048, 2048)], 21);
+    prefill.page_size = 128;
+    let decode = GenSpec::global(8, 1, vec![(1, 32768)], 22);
+    for (name, spec) in [("prefill2k_h16_kv2", prefill), ("decode32k_h8_kv1", decode)] {
+        let p = generate(&spec).unwrap();
+        let dp = gpu.upload(&p).unwrap();
+        for path in PathId::ALL {
+            let _ = run_path(&gpu, &loaded, &dp, path, Splits::Policy); // warm-up
+            let mut ms: Vec<f32> = (0..5).filter_map(|_| run_path(&gpu, &loaded, &dp, path, Splits::Policy).ok().map(|r| r.ms)).collect();
+            ms.sort_by(f32::total_cmp);
+            let Some(&median) = ms.get(ms.len() / 2) else { continue };
+            let splits = run_path(&gpu, &loaded, &dp, path, Splits::Policy).map(|r| r.num_splits).unwrap_or(0);
+            println!(
+                "time {name:<18} {:<13} splits {splits:>3} median {median:8.3} ms  {:7.2} TFLOP/s",
+                path.as_str(),
+                p.flops() / (median as f64 * 1e-3) / 1e12
+            );
+        }
+    }
+}
