@@ -24,11 +24,17 @@ pub struct CaseData {
 
 impl CaseData {
     pub fn new(case: &Case) -> Result<CaseData, String> {
-        let problem = gen::generate(&case.spec).map_err(|e| format!("generating case {}: {e}", case.id))?;
+        let problem =
+            gen::generate(&case.spec).map_err(|e| format!("generating case {}: {e}", case.id))?;
         let rows = case
             .sample_rows
             .map(|n| relattn_reference::sample::sample_rows(&problem, n, case.spec.seed));
-        Ok(CaseData { problem, rows, ref64: OnceLock::new(), ref_lp: OnceLock::new() })
+        Ok(CaseData {
+            problem,
+            rows,
+            ref64: OnceLock::new(),
+            ref_lp: OnceLock::new(),
+        })
     }
 
     pub fn ref64(&self) -> &RefOutput {
@@ -64,24 +70,36 @@ impl CaseStore {
         let mut map = HashMap::new();
         for t in trials.iter().filter(|t| t.ignore.is_none()) {
             if let Some(case) = t.case() {
-                map.entry(case.id.clone()).or_insert_with(|| (Arc::new(OnceLock::new()), 0)).1 += 1;
+                map.entry(case.id.clone())
+                    .or_insert_with(|| (Arc::new(OnceLock::new()), 0))
+                    .1 += 1;
             }
         }
-        CaseStore { inner: Mutex::new(map), keep: false }
+        CaseStore {
+            inner: Mutex::new(map),
+            keep: false,
+        }
     }
 
     /// A store that keeps every case it builds.
     pub fn keep_all() -> CaseStore {
-        CaseStore { inner: Mutex::new(HashMap::new()), keep: true }
+        CaseStore {
+            inner: Mutex::new(HashMap::new()),
+            keep: true,
+        }
     }
 
     /// The case's data; the caller must call `release` once done with it.
     pub fn get(&self, case: &Case) -> Result<Arc<CaseData>, String> {
         let cell = {
             let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(case.id.clone()).or_insert_with(|| (Arc::new(OnceLock::new()), 1)).0.clone()
+            map.entry(case.id.clone())
+                .or_insert_with(|| (Arc::new(OnceLock::new()), 1))
+                .0
+                .clone()
         };
-        cell.get_or_init(|| CaseData::new(case).map(Arc::new)).clone()
+        cell.get_or_init(|| CaseData::new(case).map(Arc::new))
+            .clone()
     }
 
     /// One trial of `case` finished; the last one drops the case's data.
@@ -158,7 +176,11 @@ pub fn run_trial(
     let mut row = Row::new(case_id, trial.name.clone(), trial.path(), Status::Pass);
     if let Some(case) = trial.case() {
         row.seed = Some(case.spec.seed);
-        row.params = case.params().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        row.params = case
+            .params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
     }
     if let Some(why) = &trial.ignore {
         row.status = Status::Skip;
@@ -182,11 +204,23 @@ pub fn run_trial(
             }
             store.release(case);
         }
-        TrialKind::Gpu { case, path, split, bounds_check } => {
+        TrialKind::Gpu {
+            case,
+            path,
+            split,
+            bounds_check,
+        } => {
             match (store.get(case), gpu) {
-                (Ok(data), Some((exec, slot))) => {
-                    gpu_trial(&mut row, case, &data, exec, slot, *path, *split, *bounds_check)
-                }
+                (Ok(data), Some((exec, slot))) => gpu_trial(
+                    &mut row,
+                    case,
+                    &data,
+                    exec,
+                    slot,
+                    *path,
+                    *split,
+                    *bounds_check,
+                ),
                 (Err(e), _) => error(&mut row, e),
                 (_, None) => {
                     row.status = Status::Skip;
@@ -241,8 +275,20 @@ fn gpu_trial(
     match exec.run(slot, &case.id, &data.problem, path, split, bounds_check) {
         Ok(run) => {
             let t = &case.tolerance;
-            let bounds = Bounds { rtol: t.rtol, atol: t.atol, atol2: t.atol2, rtol2: t.rtol2 };
-            let v = judge(&data.problem, &run.out, ref64, ref_lp, &bounds, run.padding_intact);
+            let bounds = Bounds {
+                rtol: t.rtol,
+                atol: t.atol,
+                atol2: t.atol2,
+                rtol2: t.rtol2,
+            };
+            let v = judge(
+                &data.problem,
+                &run.out,
+                ref64,
+                ref_lp,
+                &bounds,
+                run.padding_intact,
+            );
             row.status = if v.pass { Status::Pass } else { Status::Fail };
             row.max_abs = Some(v.max_abs);
             row.mean_abs = Some(v.mean_abs);
@@ -256,9 +302,12 @@ fn gpu_trial(
                 row.tflops = Some(data.problem.flops() / secs / 1e12);
                 row.gbps = Some(kv_bytes(&data.problem) / secs / 1e9);
             }
-            row.params.insert("num_splits_run".into(), run.num_splits.to_string());
-            row.params.insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
-            row.params.insert("bounds_check".into(), bounds_check.to_string());
+            row.params
+                .insert("num_splits_run".into(), run.num_splits.to_string());
+            row.params
+                .insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
+            row.params
+                .insert("bounds_check".into(), bounds_check.to_string());
         }
         Err(GpuTrialError::Unsupported(why)) => {
             row.status = Status::Skip;

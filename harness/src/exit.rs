@@ -29,15 +29,27 @@ impl fmt::Display for ExitError {
 impl std::error::Error for ExitError {}
 
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    ExitError { code: Code::Usage, message: message.into() }.into()
+    ExitError {
+        code: Code::Usage,
+        message: message.into(),
+    }
+    .into()
 }
 
 pub fn no_gpu(message: impl Into<String>) -> anyhow::Error {
-    ExitError { code: Code::NoGpu, message: message.into() }.into()
+    ExitError {
+        code: Code::NoGpu,
+        message: message.into(),
+    }
+    .into()
 }
 
 pub fn failed(message: impl Into<String>) -> anyhow::Error {
-    ExitError { code: Code::Failed, message: message.into() }.into()
+    ExitError {
+        code: Code::Failed,
+        message: message.into(),
+    }
+    .into()
 }
 
 /// The exit code an error maps to.

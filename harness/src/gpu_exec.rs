@@ -7,8 +7,8 @@ use crate::plan::BoundsCheck;
 use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
-    compile, compile_check, nvrtc_version, CheckRecord, CompilePlan, Compiled, DeviceProblem, Gpu, GpuError,
-    Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+    compile, compile_check, nvrtc_version, CheckRecord, CompilePlan, Compiled, DeviceProblem, Gpu,
+    GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_matrices::SplitSetting;
@@ -31,28 +31,45 @@ pub struct RealFactory {
 }
 
 impl ExecutorFactory for RealFactory {
-    fn create(&self, devices: &[DeviceInfo], bounds: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String> {
-        let Some(first) = devices.first() else { return Err("no device".into()) };
+    fn create(
+        &self,
+        devices: &[DeviceInfo],
+        bounds: BoundsCheck,
+    ) -> Result<Box<dyn GpuExecutor>, String> {
+        let Some(first) = devices.first() else {
+            return Err("no device".into());
+        };
         let arch = first.cc.sm_name();
         if devices.iter().any(|d| d.cc.sm_name() != arch) {
-            return Err("devices of different architectures in one run: select one kind with --devices".into());
+            return Err(
+                "devices of different architectures in one run: select one kind with --devices"
+                    .into(),
+            );
         }
         // Compile first: a compile failure is reported before any device memory is touched.
         let mut compiled = HashMap::new();
         for &checked in bounds.variants() {
-            let variant = Variant { bounds_check: checked, mutant: self.mutant };
+            let variant = Variant {
+                bounds_check: checked,
+                mutant: self.mutant,
+            };
             let plan = CompilePlan::all_paths(&arch, variant).map_err(|e| e.to_string())?;
             compiled.insert(checked, compile(&plan).map_err(|e| format!("{e}"))?);
         }
         let checks = if self.compile_checks {
-            compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED]).map_err(|e| e.to_string())?
+            compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED])
+                .map_err(|e| e.to_string())?
         } else {
             Vec::new()
         };
         let mut workers = Vec::new();
         for d in devices {
             let gpu = Gpu::open(d.index as usize).map_err(|e| e.to_string())?;
-            workers.push(Mutex::new(Worker { gpu: Some(gpu), loaded: HashMap::new(), current: None }));
+            workers.push(Mutex::new(Worker {
+                gpu: Some(gpu),
+                loaded: HashMap::new(),
+                current: None,
+            }));
         }
         let driver = workers
             .first()
@@ -106,9 +123,20 @@ impl GpuExecutor for RealExecutor {
         split: SplitSetting,
         bounds_check: bool,
     ) -> Result<GpuRunResult, GpuTrialError> {
-        let worker = self.workers.get(slot).ok_or_else(|| GpuTrialError::Other(format!("no GPU worker {slot}")))?;
+        let worker = self
+            .workers
+            .get(slot)
+            .ok_or_else(|| GpuTrialError::Other(format!("no GPU worker {slot}")))?;
         let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
-        let result = run_on(&mut w, &self.compiled, case_id, problem, path, split, bounds_check);
+        let result = run_on(
+            &mut w,
+            &self.compiled,
+            case_id,
+            problem,
+            path,
+            split,
+            bounds_check,
+        );
         match result {
             Ok(run) => Ok(GpuRunResult {
                 out: run.out,
@@ -121,7 +149,9 @@ impl GpuExecutor for RealExecutor {
                 let message = e.to_string();
                 match w.recover() {
                     Ok(()) => Err(GpuTrialError::Fault(message)),
-                    Err(again) => Err(GpuTrialError::Fault(format!("{message}; reopening failed: {again}"))),
+                    Err(again) => Err(GpuTrialError::Fault(format!(
+                        "{message}; reopening failed: {again}"
+                    ))),
                 }
             }
             Err(e) => Err(GpuTrialError::Other(e.to_string())),
@@ -153,15 +183,18 @@ fn run_on(
     split: SplitSetting,
     bounds_check: bool,
 ) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
-    let gpu = w.gpu.as_ref().ok_or_else(|| GpuError::NoDriver("GPU worker lost its device".into()))?;
+    let gpu = w
+        .gpu
+        .as_ref()
+        .ok_or_else(|| GpuError::NoDriver("GPU worker lost its device".into()))?;
     if w.current.as_ref().is_none_or(|(id, _)| id != case_id) {
         w.current = None; // free the previous case first
         w.current = Some((case_id.to_string(), gpu.upload(problem)?));
     }
     if !w.loaded.contains_key(&bounds_check) {
-        let c = compiled
-            .get(&bounds_check)
-            .ok_or_else(|| GpuError::NoDriver(format!("no build with bounds check {bounds_check}")))?;
+        let c = compiled.get(&bounds_check).ok_or_else(|| {
+            GpuError::NoDriver(format!("no build with bounds check {bounds_check}"))
+        })?;
         w.loaded.insert(bounds_check, gpu.load(c)?);
     }
     let loaded = &w.loaded[&bounds_check];

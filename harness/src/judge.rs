@@ -68,15 +68,18 @@ pub fn judge(
         }
     }
     if non_finite > 0 {
-        reasons.push(format!("{non_finite} real output elements are NaN/inf (unwritten or NaN leak)"));
+        reasons.push(format!(
+            "{non_finite} real output elements are NaN/inf (unwritten or NaN leak)"
+        ));
     }
     if !padding_intact {
         reasons.push("padding rows were modified".to_string());
     }
 
     // Rule (a)'s bound from the emulation's own error.
-    let judged: Vec<usize> =
-        (0..ref64.num_rows()).filter(|&k| ref64.row(k) < problem.real_rows()).collect();
+    let judged: Vec<usize> = (0..ref64.num_rows())
+        .filter(|&k| ref64.row(k) < problem.real_rows())
+        .collect();
     let mut lp_err = 0f64;
     for &k in &judged {
         for hh in 0..h {
@@ -90,7 +93,8 @@ pub fn judge(
     }
     let bound = bounds.rtol * lp_err + bounds.atol;
 
-    let (mut max_abs, mut sum_abs, mut sum_d2, mut sum_r2, mut n) = (0f64, 0f64, 0f64, 0f64, 0usize);
+    let (mut max_abs, mut sum_abs, mut sum_d2, mut sum_r2, mut n) =
+        (0f64, 0f64, 0f64, 0f64, 0usize);
     let mut worst_b = 0f64;
     let mut b_fail = 0usize;
     let mut a_first: Option<(usize, usize, usize)> = None;
@@ -125,7 +129,9 @@ pub fn judge(
         if let Some((t, hh, c)) = a_first {
             note_bad(t, hh, c);
         }
-        reasons.push(format!("rule (a): max|out - ref64| = {max_abs:.3e} > bound {bound:.3e}"));
+        reasons.push(format!(
+            "rule (a): max|out - ref64| = {max_abs:.3e} > bound {bound:.3e}"
+        ));
     }
     if b_fail > 0 {
         reasons.push(format!(
@@ -137,7 +143,11 @@ pub fn judge(
         pass: reasons.is_empty(),
         max_abs,
         mean_abs: if n > 0 { sum_abs / n as f64 } else { 0.0 },
-        rel_l2: if sum_r2 > 0.0 { (sum_d2 / sum_r2).sqrt() } else { sum_d2.sqrt() },
+        rel_l2: if sum_r2 > 0.0 {
+            (sum_d2 / sum_r2).sqrt()
+        } else {
+            sum_d2.sqrt()
+        },
         bound,
         ratio,
         first_bad,
@@ -160,12 +170,21 @@ mod tests {
         for (i, x) in out.iter_mut().enumerate() {
             *x = (i as f64 * 0.37).sin();
         }
-        let r = RefOutput { rows: None, out, lse: Array2::zeros((4, 2)) };
+        let r = RefOutput {
+            rows: None,
+            out,
+            lse: Array2::zeros((4, 2)),
+        };
         (p, r)
     }
 
     fn bounds() -> Bounds {
-        Bounds { rtol: 2.0, atol: 2f64.powi(-7), atol2: 2e-2, rtol2: 2e-2 }
+        Bounds {
+            rtol: 2.0,
+            atol: 2f64.powi(-7),
+            atol2: 2e-2,
+            rtol2: 2e-2,
+        }
     }
 
     fn as_f32(r: &RefOutput) -> Array3<f32> {
@@ -216,7 +235,11 @@ mod tests {
         lp.out[[0, 0, 0]] += 0.01; // the emulation is 0.01 off: bound = 0.02 + 2^-7
         let mut out = as_f32(&r);
         out[[0, 0, 1]] += 0.015;
-        let loose = Bounds { atol2: 1.0, rtol2: 1.0, ..bounds() };
+        let loose = Bounds {
+            atol2: 1.0,
+            rtol2: 1.0,
+            ..bounds()
+        };
         assert!(judge(&p, &out, &r, &lp, &loose, true).pass);
         out[[0, 0, 1]] += 0.02;
         assert!(!judge(&p, &out, &r, &lp, &loose, true).pass);

@@ -6,7 +6,11 @@ use relattn_harness::exit;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "relattn", version, about = "Validate Inkling's relative-bias attention on every GPU generation")]
+#[command(
+    name = "relattn",
+    version,
+    about = "Validate Inkling's relative-bias attention on every GPU generation"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,7 +46,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { exit::Code::Usage as u8 } else { 0 };
+            let code = if e.use_stderr() {
+                exit::Code::Usage as u8
+            } else {
+                0
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }

@@ -26,8 +26,14 @@ pub enum Check {
 }
 
 impl Check {
-    pub const ALL: [Check; 6] =
-        [Check::Oracle, Check::Paging, Check::Layouts, Check::Chunking, Check::LseMerge, Check::Sampling];
+    pub const ALL: [Check; 6] = [
+        Check::Oracle,
+        Check::Paging,
+        Check::Layouts,
+        Check::Chunking,
+        Check::LseMerge,
+        Check::Sampling,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -81,7 +87,14 @@ pub fn run(check: Check, p: &Problem, base: Option<&RefOutput>) -> CheckOutcome 
     match check {
         Check::Oracle => {
             let o = oracle::attention(p);
-            close("fast vs oracle", &base.out, &o.out, &base.lse, &o.lse, real(p))
+            close(
+                "fast vs oracle",
+                &base.out,
+                &o.out,
+                &base.lse,
+                &o.lse,
+                real(p),
+            )
         }
         Check::Paging => {
             let moved = fast::attention(&transform::permute_pages(p, 0x5eed));
@@ -101,9 +114,17 @@ pub fn run(check: Check, p: &Problem, base: Option<&RefOutput>) -> CheckOutcome 
         Check::Chunking => match longest_prefill(p) {
             None => skipped("no request with two or more query rows to chunk"),
             Some((b, len)) => {
-                let chunked = transform::split_request(p, b, len / 2).expect("split inside the request");
+                let chunked =
+                    transform::split_request(p, b, len / 2).expect("split inside the request");
                 let other = fast::attention(&chunked);
-                close("chunked prefill", &base.out, &other.out, &base.lse, &other.lse, real(p))
+                close(
+                    "chunked prefill",
+                    &base.out,
+                    &other.out,
+                    &base.lse,
+                    &other.lse,
+                    real(p),
+                )
             }
         },
         Check::LseMerge => {
@@ -113,7 +134,14 @@ pub fn run(check: Check, p: &Problem, base: Option<&RefOutput>) -> CheckOutcome 
                 .map(|k| oracle::attention_key_range(p, |r| (thirds(r, k), thirds(r, k + 1))))
                 .collect();
             match oracle::merge_partials(p, &parts) {
-                Some(m) => close("LSE merge of 3 key ranges", &whole.out, &m.out, &whole.lse, &m.lse, real(p)),
+                Some(m) => close(
+                    "LSE merge of 3 key ranges",
+                    &whole.out,
+                    &m.out,
+                    &whole.lse,
+                    &m.lse,
+                    real(p),
+                ),
                 None => fail("merge_partials refused full-mode partials"),
             }
         }
@@ -137,7 +165,11 @@ pub fn run(check: Check, p: &Problem, base: Option<&RefOutput>) -> CheckOutcome 
                 pass,
                 max_abs,
                 rel: max_abs,
-                message: if pass { String::new() } else { format!("sampled rows {rows:?} differ from the full run") },
+                message: if pass {
+                    String::new()
+                } else {
+                    format!("sampled rows {rows:?} differ from the full run")
+                },
             }
         }
     }
@@ -148,15 +180,28 @@ fn real(p: &Problem) -> usize {
 }
 
 fn longest_prefill(p: &Problem) -> Option<(usize, usize)> {
-    p.requests().filter(|r| r.q_len >= 2).max_by_key(|r| r.q_len).map(|r| (r.index, r.q_len))
+    p.requests()
+        .filter(|r| r.q_len >= 2)
+        .max_by_key(|r| r.q_len)
+        .map(|r| (r.index, r.q_len))
 }
 
 fn skipped(why: &str) -> CheckOutcome {
-    CheckOutcome { pass: true, max_abs: 0.0, rel: 0.0, message: format!("nothing to check: {why}") }
+    CheckOutcome {
+        pass: true,
+        max_abs: 0.0,
+        rel: 0.0,
+        message: format!("nothing to check: {why}"),
+    }
 }
 
 fn fail(why: &str) -> CheckOutcome {
-    CheckOutcome { pass: false, max_abs: f64::INFINITY, rel: f64::INFINITY, message: why.to_string() }
+    CheckOutcome {
+        pass: false,
+        max_abs: f64::INFINITY,
+        rel: f64::INFINITY,
+        message: why.to_string(),
+    }
 }
 
 /// Both outputs (first `rows` rows) agree to `F64_RTOL` relative, NaN never passing.
@@ -172,7 +217,11 @@ fn close(
     let mut scale = 0f64;
     let mut non_finite = 0usize;
     for t in 0..rows {
-        for (a, b) in want.index_axis(ndarray::Axis(0), t).iter().zip(got.index_axis(ndarray::Axis(0), t)) {
+        for (a, b) in want
+            .index_axis(ndarray::Axis(0), t)
+            .iter()
+            .zip(got.index_axis(ndarray::Axis(0), t))
+        {
             if !a.is_finite() || !b.is_finite() {
                 non_finite += 1;
                 continue;
@@ -181,7 +230,9 @@ fn close(
             scale = scale.max(a.abs());
         }
         for (a, b) in want_lse.row(t).iter().zip(got_lse.row(t)) {
-            if a.is_finite() != b.is_finite() || (a.is_finite() && (a - b).abs() > F64_RTOL * a.abs().max(1.0)) {
+            if a.is_finite() != b.is_finite()
+                || (a.is_finite() && (a - b).abs() > F64_RTOL * a.abs().max(1.0))
+            {
                 non_finite += 1;
             }
         }
@@ -195,18 +246,32 @@ fn close(
     } else {
         format!("{what}: max abs difference {max_abs:.3e} ({rel:.3e} relative) > {F64_RTOL:e}")
     };
-    CheckOutcome { pass, max_abs, rel, message }
+    CheckOutcome {
+        pass,
+        max_abs,
+        rel,
+        message,
+    }
 }
 
 /// Both outputs are bit-identical.
 fn identical(what: &str, a: &RefOutput, b: &RefOutput) -> CheckOutcome {
     let mut max_abs = 0f64;
     let mut differing = 0usize;
-    for (x, y) in a.out.iter().zip(b.out.iter()).chain(a.lse.iter().zip(b.lse.iter())) {
+    for (x, y) in a
+        .out
+        .iter()
+        .zip(b.out.iter())
+        .chain(a.lse.iter().zip(b.lse.iter()))
+    {
         if x.to_bits() != y.to_bits() {
             differing += 1;
             let d = (x - y).abs();
-            max_abs = max_abs.max(if d.is_nan() { f64::INFINITY } else { d.max(f64::MIN_POSITIVE) });
+            max_abs = max_abs.max(if d.is_nan() {
+                f64::INFINITY
+            } else {
+                d.max(f64::MIN_POSITIVE)
+            });
         }
     }
     let shapes_match = a.out.dim() == b.out.dim() && a.lse.dim() == b.lse.dim();
@@ -215,7 +280,11 @@ fn identical(what: &str, a: &RefOutput, b: &RefOutput) -> CheckOutcome {
         pass,
         max_abs,
         rel: max_abs,
-        message: if pass { String::new() } else { format!("{what}: {differing} values differ (max {max_abs:.3e})") },
+        message: if pass {
+            String::new()
+        } else {
+            format!("{what}: {differing} values differ (max {max_abs:.3e})")
+        },
     }
 }
 
@@ -246,7 +315,13 @@ mod tests {
         let p = problem();
         let mut base = fast::attention(&p);
         base.out[[4, 3, 7]] += 1e-9;
-        for check in [Check::Oracle, Check::Paging, Check::Layouts, Check::Chunking, Check::Sampling] {
+        for check in [
+            Check::Oracle,
+            Check::Paging,
+            Check::Layouts,
+            Check::Chunking,
+            Check::Sampling,
+        ] {
             let c = run(check, &p, Some(&base));
             assert!(!c.pass, "{check} missed a planted difference");
         }

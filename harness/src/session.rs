@@ -4,7 +4,9 @@
 
 use crate::execute::GpuExecutor;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
-use crate::plan::{gpu_trials, reference_trials, routing_trials, BoundsCheck, PathSelection, Trial};
+use crate::plan::{
+    gpu_trials, reference_trials, routing_trials, BoundsCheck, PathSelection, Trial,
+};
 use anyhow::Context;
 use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};
 use relattn_matrices::{Case, Shard};
@@ -29,7 +31,9 @@ impl SessionOptions {
     /// `cargo test`: self-checks on smoke; GPU tier from `RELATTN_MATRIX`.
     pub fn for_cargo_test() -> SessionOptions {
         SessionOptions {
-            gpu_matrix: std::env::var("RELATTN_MATRIX").ok().filter(|s| !s.is_empty()),
+            gpu_matrix: std::env::var("RELATTN_MATRIX")
+                .ok()
+                .filter(|s| !s.is_empty()),
             selfcheck_matrix: Some("smoke".into()),
             paths: PathSelection::All,
             bounds: None,
@@ -42,7 +46,11 @@ impl SessionOptions {
 
 /// Creates the GPU executor: compiles every program the run needs, then opens the devices.
 pub trait ExecutorFactory {
-    fn create(&self, devices: &[DeviceInfo], bounds: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String>;
+    fn create(
+        &self,
+        devices: &[DeviceInfo],
+        bounds: BoundsCheck,
+    ) -> Result<Box<dyn GpuExecutor>, String>;
 }
 
 pub struct Session {
@@ -58,7 +66,15 @@ impl Session {
     /// The real machine: NVML for capabilities, the kernels crate for execution.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
         let libs = crate::gpu_exec::libraries_present();
-        Session::open_with(opts, &NvmlSource::new(), libs, &crate::gpu_exec::RealFactory { mutant: None, compile_checks: false })
+        Session::open_with(
+            opts,
+            &NvmlSource::new(),
+            libs,
+            &crate::gpu_exec::RealFactory {
+                mutant: None,
+                compile_checks: false,
+            },
+        )
     }
 
     /// `open` with the capability source and the executor factory given (tests count calls).
@@ -70,9 +86,15 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let status = detect(source, libs_present, &opts.devices);
         let gpu_matrix = opts.gpu_matrix.clone().unwrap_or_else(|| {
-            if matches!(status, GpuStatus::Ready { .. }) { "ci".into() } else { "smoke".into() }
+            if matches!(status, GpuStatus::Ready { .. }) {
+                "ci".into()
+            } else {
+                "smoke".into()
+            }
         });
-        let bounds = opts.bounds.unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
+        let bounds = opts
+            .bounds
+            .unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
         let cases = load_cases(&gpu_matrix, opts)?;
         let mut trials = routing_trials();
         let self_cases = match &opts.selfcheck_matrix {
@@ -89,7 +111,13 @@ impl Session {
             }
         }
         trials.extend(gpu_trials(&cases, &status, &opts.paths, bounds));
-        Ok(Session { status, gpu_matrix, trials, cases, executor })
+        Ok(Session {
+            status,
+            gpu_matrix,
+            trials,
+            cases,
+            executor,
+        })
     }
 
     pub fn executor(&self) -> Option<(&dyn GpuExecutor, usize)> {
@@ -112,8 +140,10 @@ impl Session {
     pub fn gpu_line(&self) -> String {
         match &self.status {
             GpuStatus::Ready { devices, routed } => {
-                let names: Vec<String> =
-                    devices.iter().map(|d| format!("GPU {} {} (SM {})", d.index, d.name, d.cc)).collect();
+                let names: Vec<String> = devices
+                    .iter()
+                    .map(|d| format!("GPU {} {} (SM {})", d.index, d.name, d.cc))
+                    .collect();
                 format!("{}; production path {routed}", names.join(", "))
             }
             other => other.unusable_reason().unwrap_or_default(),
@@ -121,12 +151,11 @@ impl Session {
     }
 }
 
-fn load_cases(
-    matrix: &str,
-    opts: &SessionOptions,
-) -> anyhow::Result<Vec<Arc<Case>>> {
+fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Case>>> {
     let m = relattn_matrices::load(matrix).with_context(|| format!("loading matrix `{matrix}`"))?;
-    let expansion = m.expand().with_context(|| format!("expanding matrix `{matrix}`"))?;
+    let expansion = m
+        .expand()
+        .with_context(|| format!("expanding matrix `{matrix}`"))?;
     let mut cases = match opts.shard {
         Some(s) => s.select(&expansion.cases),
         None => expansion.cases.clone(),

@@ -30,7 +30,11 @@ fn main() -> ExitCode {
         }
     }
     if !args.list {
-        eprintln!("relattn trials: GPU tier `{}`; {}", session.gpu_matrix, session.gpu_line());
+        eprintln!(
+            "relattn trials: GPU tier `{}`; {}",
+            session.gpu_matrix,
+            session.gpu_line()
+        );
         for (reason, n) in &reasons {
             eprintln!("  ignored {n:>5}: {reason}");
         }

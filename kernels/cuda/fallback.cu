@@ -119,7 +119,7 @@ __device__ void fallback_merge(const Params& p) {
     const i64 t = blockIdx.x, h = blockIdx.y;
     if (t >= p.real_rows) return;
     const i64 kv_len = ld_seqk(p, request_of_row(p, t));
-    combine_row<T>(p, t, h, [=](i64 s) {
+    combine_row<T>(p, t, h, [&](i64 s) {
         i64 lo, hi;
         return decode_split(p, kv_len, s, lo, hi);
     });

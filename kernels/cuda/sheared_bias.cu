@@ -117,7 +117,7 @@ __device__ void sheared_bias_combine(const Params& p) {
     const i64 kv_len = ld_seqk(p, request_of_row(p, t));
     const i64 tiles = cdiv(kv_len, SHEAR_TILE);
     const i64 tps = shear_tiles_per_split(p, kv_len);
-    combine_row<T>(p, t, h, [=](i64 s) { return s * tps < tiles; });
+    combine_row<T>(p, t, h, [&](i64 s) { return s * tps < tiles; });
 }
 
 RELATTN_ENTRY(sheared_bias_prologue_bf16, sheared_bias_prologue, bf16)

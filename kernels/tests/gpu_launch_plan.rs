@@ -2,8 +2,8 @@
 //! split range formulas the kernels share, and the output poison image.
 
 use relattn_kernels::gpu::{
-    decode_split_keys, out_poison, padding_bits, plan_launches, policy_splits, sheared_split_keys, unwritten_bits,
-    Geometry, GpuError, Splits, Stage,
+    decode_split_keys, out_poison, padding_bits, plan_launches, policy_splits, sheared_split_keys,
+    unwritten_bits, Geometry, GpuError, Splits, Stage,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -31,7 +31,10 @@ fn score_mod_refuses_split_kv() {
     assert_eq!(plan.num_splits, 1);
     assert_eq!(stages(&plan), [Stage::Main]);
     assert_eq!(plan.launches[0].grid, (2, 4, 3));
-    assert_eq!(plan_launches(PathId::ScoreMod, &g, Splits::Forced(1)).unwrap(), plan);
+    assert_eq!(
+        plan_launches(PathId::ScoreMod, &g, Splits::Forced(1)).unwrap(),
+        plan
+    );
     assert!(unsupported(plan_launches(PathId::ScoreMod, &g, Splits::Forced(2))).contains("split"));
 }
 
@@ -39,17 +42,32 @@ fn score_mod_refuses_split_kv() {
 fn sheared_bias_constraints_are_typed() {
     let mut spec = GenSpec::global(4, 2, vec![(3, 30)], 2);
     spec.rel_extent = 1000;
-    assert!(unsupported(plan_launches(PathId::ShearedBias, &geometry(&spec), Splits::Policy)).contains("128"));
+    assert!(unsupported(plan_launches(
+        PathId::ShearedBias,
+        &geometry(&spec),
+        Splits::Policy
+    ))
+    .contains("128"));
     let mut local = GenSpec::local(4, 2, 256, vec![(3, 30)], 2);
     local.window_left = 100;
-    assert!(unsupported(plan_launches(PathId::ShearedBias, &geometry(&local), Splits::Policy)).contains("window"));
+    assert!(unsupported(plan_launches(
+        PathId::ShearedBias,
+        &geometry(&local),
+        Splits::Policy
+    ))
+    .contains("window"));
     let mut d64 = GenSpec::global(4, 2, vec![(3, 30)], 2);
     d64.head_dim = 64;
     for path in PathId::ALL {
-        assert!(unsupported(plan_launches(path, &geometry(&d64), Splits::Policy)).contains("head_dim"));
+        assert!(
+            unsupported(plan_launches(path, &geometry(&d64), Splits::Policy)).contains("head_dim")
+        );
     }
     for path in PathId::ALL {
-        assert!(unsupported(plan_launches(path, &geometry(&spec), Splits::Forced(0))).contains("at least 1"));
+        assert!(
+            unsupported(plan_launches(path, &geometry(&spec), Splits::Forced(0)))
+                .contains("at least 1")
+        );
     }
 }
 
@@ -64,7 +82,10 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
     let plan = plan_launches(PathId::ShearedBias, &g, Splits::Policy).unwrap();
     assert_eq!(plan.num_splits, expected);
     assert_eq!(policy_splits(PathId::ShearedBias, &g), expected);
-    assert_eq!(stages(&plan), [Stage::Prologue, Stage::Main, Stage::Combine]);
+    assert_eq!(
+        stages(&plan),
+        [Stage::Prologue, Stage::Main, Stage::Combine]
+    );
     for n in [1usize, 2, 3, 7, 16, 128] {
         let plan = plan_launches(PathId::ShearedBias, &g, Splits::Forced(n)).unwrap();
         assert_eq!(plan.num_splits, n);
@@ -75,7 +96,12 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
     }
     // Local layers never split under the policy.
     let local = geometry(&GenSpec::local(8, 1, 128, vec![(1, 5000)], 3));
-    assert_eq!(plan_launches(PathId::ShearedBias, &local, Splits::Policy).unwrap().num_splits, 1);
+    assert_eq!(
+        plan_launches(PathId::ShearedBias, &local, Splits::Policy)
+            .unwrap()
+            .num_splits,
+        1
+    );
 }
 
 #[test]
@@ -87,26 +113,46 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     assert_eq!(stages(&plan), [Stage::Decode, Stage::Merge]);
     assert_eq!(plan.num_splits, routing::decode_split_count(9000, -1));
     assert_eq!(plan.launches[0].grid, (plan.num_splits as u32, 2, 3));
-    assert_eq!(plan.launches[1].grid, (2, 8, 1), "merge over real rows x heads");
+    assert_eq!(
+        plan.launches[1].grid,
+        (2, 8, 1),
+        "merge over real rows x heads"
+    );
     let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(3)).unwrap();
     assert_eq!((forced.num_splits, forced.workspace_splits), (3, 3));
     let one = plan_launches(PathId::Fallback, &g, Splits::Forced(1)).unwrap();
     assert_eq!(stages(&one), [Stage::Main]);
     // Short global decode with small pages: the main kernel.
     let short = geometry(&GenSpec::global(8, 2, vec![(1, 100)], 4));
-    assert_eq!(stages(&plan_launches(PathId::Fallback, &short, Splits::Policy).unwrap()), [Stage::Main]);
+    assert_eq!(
+        stages(&plan_launches(PathId::Fallback, &short, Splits::Policy).unwrap()),
+        [Stage::Main]
+    );
     let prefill = geometry(&GenSpec::global(8, 2, vec![(20, 100), (1, 40)], 4));
-    assert!(unsupported(plan_launches(PathId::Fallback, &prefill, Splits::Forced(2))).contains("decode-only"));
+    assert!(
+        unsupported(plan_launches(PathId::Fallback, &prefill, Splits::Forced(2)))
+            .contains("decode-only")
+    );
     // G query heads share a CTA: rows per CTA = 32 / G.
     let main = plan_launches(PathId::Fallback, &prefill, Splits::Policy).unwrap();
-    assert_eq!(main.launches[0].grid, (3, 2, 2), "ceil(20 / (32 / 4)) tiles");
+    assert_eq!(
+        main.launches[0].grid,
+        (3, 2, 2),
+        "ceil(20 / (32 / 4)) tiles"
+    );
 }
 
 #[test]
 fn empty_batches_launch_nothing() {
     let g = geometry(&GenSpec::global(4, 4, vec![(0, 10), (0, 0)], 5));
     for path in PathId::ALL {
-        assert!(plan_launches(path, &g, Splits::Policy).unwrap().launches.is_empty(), "{path}");
+        assert!(
+            plan_launches(path, &g, Splits::Policy)
+                .unwrap()
+                .launches
+                .is_empty(),
+            "{path}"
+        );
     }
 }
 
@@ -114,7 +160,9 @@ fn empty_batches_launch_nothing() {
 fn sheared_splits_partition_the_keys_in_whole_tiles() {
     for kv_len in [1usize, 127, 128, 129, 1000, 4096, 5000] {
         for splits in [1usize, 2, 3, 7, 16, 128] {
-            let ranges: Vec<_> = (0..splits).map(|s| sheared_split_keys(kv_len, splits, s)).collect();
+            let ranges: Vec<_> = (0..splits)
+                .map(|s| sheared_split_keys(kv_len, splits, s))
+                .collect();
             let live: Vec<_> = ranges.iter().flatten().cloned().collect();
             // Non-empty splits come first, are non-empty, tile aligned and contiguous from 0 to Lk.
             assert!(ranges.iter().skip(live.len()).all(Option::is_none));
@@ -125,27 +173,54 @@ fn sheared_splits_partition_the_keys_in_whole_tiles() {
                 assert_eq!(w[0].end % 128, 0);
             }
             assert!(live.iter().all(|r| r.start < r.end));
-            assert!(live.len() <= kv_len.div_ceil(128), "more live splits than tiles");
+            assert!(
+                live.len() <= kv_len.div_ceil(128),
+                "more live splits than tiles"
+            );
         }
     }
 }
 
 #[test]
 fn decode_splits_match_spec_and_routing() {
-    for (kv_len, window) in [(1usize, -1i64), (31, -1), (64, -1), (5000, -1), (9000, 127), (100, 511), (2048, 511)] {
+    for (kv_len, window) in [
+        (1usize, -1i64),
+        (31, -1),
+        (64, -1),
+        (5000, -1),
+        (9000, 127),
+        (100, 511),
+        (2048, 511),
+    ] {
         for splits in [1usize, 2, 3, 4, 7, 32, 40] {
-            let live: Vec<_> = (0..splits).filter_map(|s| decode_split_keys(kv_len, window, splits, s)).collect();
-            let eff = if window >= 0 { kv_len.min(window as usize + 1) } else { kv_len };
+            let live: Vec<_> = (0..splits)
+                .filter_map(|s| decode_split_keys(kv_len, window, splits, s))
+                .collect();
+            let eff = if window >= 0 {
+                kv_len.min(window as usize + 1)
+            } else {
+                kv_len
+            };
             assert_eq!(live.first().unwrap().start, kv_len - eff);
             assert_eq!(live.last().unwrap().end, kv_len);
-            assert!(live.iter().all(|r| r.start < r.end), "a non-empty split holds keys");
+            assert!(
+                live.iter().all(|r| r.start < r.end),
+                "a non-empty split holds keys"
+            );
             for w in live.windows(2) {
                 assert_eq!(w[0].end, w[1].start);
             }
             // Same key ranges as routing's formula wherever it has keys.
             let routed = routing::decode_split_ranges(kv_len, window, splits);
-            let routed: Vec<_> = routed.iter().filter(|r| r.start < r.end).map(|r| r.start..r.end).collect();
-            assert_eq!(routed, live, "kv_len {kv_len} window {window} splits {splits}");
+            let routed: Vec<_> = routed
+                .iter()
+                .filter(|r| r.start < r.end)
+                .map(|r| r.start..r.end)
+                .collect();
+            assert_eq!(
+                routed, live,
+                "kv_len {kv_len} window {window} splits {splits}"
+            );
         }
     }
 }

@@ -7,11 +7,12 @@
 
 use rayon::prelude::*;
 use relattn_kernels::gpu::{
-    compile, compile_check, run_path, CompilePlan, Gpu, GpuError, GpuRun, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+    compile, compile_check, run_path, CompilePlan, Gpu, GpuError, GpuRun, Loaded, Mutant, Splits,
+    Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
-use relattn_reference::{fast, emulate, CacheLayout, DType, Problem, RefOutput};
+use relattn_reference::{emulate, fast, CacheLayout, DType, Problem, RefOutput};
 
 struct Case {
     name: &'static str,
@@ -24,12 +25,22 @@ fn case(name: &'static str, spec: GenSpec) -> Case {
     let problem = generate(&spec).unwrap();
     let ref64 = fast::attention(&problem);
     let ref_lp = emulate::attention(&problem);
-    Case { name, problem, ref64, ref_lp }
+    Case {
+        name,
+        problem,
+        ref64,
+        ref_lp,
+    }
 }
 
 /// Small cases covering the axes of SPEC sections 2 and 5.
 fn cases() -> Vec<Case> {
-    let mut mixed = GenSpec::global(16, 2, vec![(37, 300), (0, 50), (1, 700), (64, 64), (5, 1100)], 11);
+    let mut mixed = GenSpec::global(
+        16,
+        2,
+        vec![(37, 300), (0, 50), (1, 700), (64, 64), (5, 1100)],
+        11,
+    );
     mixed.rel_extent = 256;
     mixed.padding_rows = 3;
     let mut local = GenSpec::local(8, 2, 128, vec![(20, 400), (1, 300), (33, 33)], 12);
@@ -46,6 +57,10 @@ fn cases() -> Vec<Case> {
     aliased.pages = PageMode::AllZero;
     aliased.bias = BiasMode::Distinct;
     aliased.padding_rows = 1;
+    // Distinct bias values up to |4| make a single wrong bias cell visible (d == E, window edge).
+    let mut distinct = GenSpec::global(4, 2, vec![(6, 130), (1, 129), (9, 300)], 18);
+    distinct.rel_extent = 128;
+    distinct.bias = BiasMode::Distinct;
     let mut fp16 = GenSpec::global(6, 3, vec![(9, 200), (40, 40)], 16);
     fp16.dtype = DType::F16;
     fp16.rel_extent = 128;
@@ -58,6 +73,7 @@ fn cases() -> Vec<Case> {
         case("decode_g8_contiguous", decode),
         case("local_decode_page32", local_decode),
         case("all_zero_block_table", aliased),
+        case("distinct_bias_global_e128", distinct),
         case("fp16_g2", fp16),
         case("fp32_local_mqa", fp32),
     ]
@@ -66,7 +82,11 @@ fn cases() -> Vec<Case> {
 fn split_settings(path: PathId, p: &Problem) -> Vec<Splits> {
     match path {
         PathId::ScoreMod => vec![Splits::Policy],
-        PathId::ShearedBias => [1, 2, 3, 7, 16, 128].into_iter().map(Splits::Forced).chain([Splits::Policy]).collect(),
+        PathId::ShearedBias => [1, 2, 3, 7, 16, 128]
+            .into_iter()
+            .map(Splits::Forced)
+            .chain([Splits::Policy])
+            .collect(),
         PathId::Fallback => {
             let mut s = vec![Splits::Policy, Splits::Forced(1)];
             if p.max_query_len() <= 1 {
@@ -81,7 +101,10 @@ fn split_settings(path: PathId, p: &Problem) -> Vec<Splits> {
 fn judge(case: &Case, run: &GpuRun) -> Result<f64, String> {
     let p = &case.problem;
     if run.unwritten > 0 {
-        return Err(format!("{} real elements unwritten, first {:?}", run.unwritten, run.first_unwritten));
+        return Err(format!(
+            "{} real elements unwritten, first {:?}",
+            run.unwritten, run.first_unwritten
+        ));
     }
     if !run.padding_intact {
         return Err("padding rows of out were written".into());
@@ -112,7 +135,9 @@ fn judge(case: &Case, run: &GpuRun) -> Result<f64, String> {
     }
     let bound = 2.0 * lp_err + atol;
     if max_abs > bound {
-        return Err(format!("max |out - ref64| = {max_abs:.3e} > bound {bound:.3e}"));
+        return Err(format!(
+            "max |out - ref64| = {max_abs:.3e} > bound {bound:.3e}"
+        ));
     }
     if let Some(at) = first_b {
         return Err(format!("elementwise bound broken at {at}"));
@@ -141,13 +166,24 @@ fn check_all(gpu: &Gpu, loaded: &Loaded, cases: &[Case], label: &str) -> Vec<Str
                             worst = worst.max(ratio);
                             ms.push(format!("{}:{:.3}", run.num_splits, run.ms));
                         }
-                        Err(e) => failures.push(format!("[{label}] {} {path} {splits:?}: {e}", case.name)),
+                        Err(e) => {
+                            failures.push(format!("[{label}] {} {path} {splits:?}: {e}", case.name))
+                        }
                     },
-                    Err(GpuError::Unsupported { reason, .. }) => println!("[{label}] {} {path} {splits:?}: skip ({reason})", case.name),
-                    Err(e) => failures.push(format!("[{label}] {} {path} {splits:?}: {e}", case.name)),
+                    Err(GpuError::Unsupported { reason, .. }) => {
+                        println!("[{label}] {} {path} {splits:?}: skip ({reason})", case.name)
+                    }
+                    Err(e) => {
+                        failures.push(format!("[{label}] {} {path} {splits:?}: {e}", case.name))
+                    }
                 }
             }
-            println!("[{label}] {:<28} {:<13} worst ratio {worst:.3}  splits:ms {}", case.name, path.as_str(), ms.join(" "));
+            println!(
+                "[{label}] {:<28} {:<13} worst ratio {worst:.3}  splits:ms {}",
+                case.name,
+                path.as_str(),
+                ms.join(" ")
+            );
         }
     }
     failures
@@ -157,19 +193,34 @@ fn check_all(gpu: &Gpu, loaded: &Loaded, cases: &[Case], label: &str) -> Vec<Str
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn every_path_matches_the_reference() {
     let gpu = Gpu::open(0).unwrap();
-    println!("GPU 0: {} ({}, {})", gpu.name(), gpu.capability(), gpu.arch());
+    println!(
+        "GPU 0: {} ({}, {})",
+        gpu.name(),
+        gpu.capability(),
+        gpu.arch()
+    );
     let cases = cases();
     let mut failures = Vec::new();
     for variant in [Variant::PLAIN, Variant::CHECKED] {
         let loaded = load(&gpu, variant);
         failures.extend(check_all(&gpu, &loaded, &cases, &variant.label()));
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// The first (case, splits) on which `path` built with `variant` fails, or None if it survives.
 /// A trap reopens the GPU (the context is dead) and counts as caught.
-fn first_catch(gpu: &mut Option<Gpu>, variant: Variant, path: PathId, cases: &[Case]) -> Option<String> {
+fn first_catch(
+    gpu: &mut Option<Gpu>,
+    variant: Variant,
+    path: PathId,
+    cases: &[Case],
+) -> Option<String> {
     let g = gpu.take().unwrap();
     let loaded = load(&g, variant);
     let mut caught = None;
@@ -178,7 +229,9 @@ fn first_catch(gpu: &mut Option<Gpu>, variant: Variant, path: PathId, cases: &[C
         let mut settings = vec![Splits::Policy];
         match path {
             PathId::ShearedBias => settings.push(Splits::Forced(3)),
-            PathId::Fallback if case.problem.max_query_len() <= 1 => settings.push(Splits::Forced(3)),
+            PathId::Fallback if case.problem.max_query_len() <= 1 => {
+                settings.push(Splits::Forced(3))
+            }
             _ => {}
         }
         for splits in settings {
@@ -209,8 +262,13 @@ fn every_mutant_is_caught() {
     let cases = cases();
     let mut gpu = Some(Gpu::open(0).unwrap());
     let arch = gpu.as_ref().unwrap().arch();
-    let variants: Vec<Variant> =
-        Mutant::ALL.iter().map(|&m| Variant { bounds_check: m.needs_bounds_check(), mutant: Some(m) }).collect();
+    let variants: Vec<Variant> = Mutant::ALL
+        .iter()
+        .map(|&m| Variant {
+            bounds_check: m.needs_bounds_check(),
+            mutant: Some(m),
+        })
+        .collect();
     // Compile every mutant build up front, in parallel (later loads hit the cache).
     variants.par_iter().for_each(|&v| {
         compile(&CompilePlan::all_paths(&arch, v).unwrap()).unwrap_or_else(|e| panic!("{e}"));
@@ -236,12 +294,29 @@ fn every_mutant_is_caught() {
 #[test]
 #[ignore = "needs NVRTC (slow: every program for every architecture)"]
 fn every_program_compiles_for_every_architecture() {
-    let records = compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED]).unwrap();
+    // RELATTN_CHECK_ARCHS=sm_90,sm_100 narrows the check (e.g. for a quick local run).
+    let list = std::env::var("RELATTN_CHECK_ARCHS").unwrap_or_default();
+    let archs: Vec<&str> = if list.is_empty() {
+        CHECK_ARCHS.to_vec()
+    } else {
+        list.split(',').collect()
+    };
+    let records = compile_check(&archs, &[Variant::PLAIN, Variant::CHECKED]).unwrap();
     for r in &records {
-        println!("compile {:<7} {:<16} {:<8} {}", r.arch, r.program, r.variant, if r.ok { "ok" } else { "FAILED" });
+        println!(
+            "compile {:<7} {:<16} {:<8} {}",
+            r.arch,
+            r.program,
+            r.variant,
+            if r.ok { "ok" } else { "FAILED" }
+        );
     }
-    let failed: Vec<_> = records.iter().filter(|r| !r.ok).map(|r| format!("{} {} {}: {}", r.arch, r.program, r.variant, r.message)).collect();
-    assert_eq!(records.len(), CHECK_ARCHS.len() * 3 * 2);
+    let failed: Vec<_> = records
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{} {} {}: {}", r.arch, r.program, r.variant, r.message))
+        .collect();
+    assert_eq!(records.len(), archs.len() * 3 * 2);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
@@ -258,10 +333,20 @@ fn timing_print() {
         let dp = gpu.upload(&p).unwrap();
         for path in PathId::ALL {
             let _ = run_path(&gpu, &loaded, &dp, path, Splits::Policy); // warm-up
-            let mut ms: Vec<f32> = (0..5).filter_map(|_| run_path(&gpu, &loaded, &dp, path, Splits::Policy).ok().map(|r| r.ms)).collect();
+            let mut ms: Vec<f32> = (0..5)
+                .filter_map(|_| {
+                    run_path(&gpu, &loaded, &dp, path, Splits::Policy)
+                        .ok()
+                        .map(|r| r.ms)
+                })
+                .collect();
             ms.sort_by(f32::total_cmp);
-            let Some(&median) = ms.get(ms.len() / 2) else { continue };
-            let splits = run_path(&gpu, &loaded, &dp, path, Splits::Policy).map(|r| r.num_splits).unwrap_or(0);
+            let Some(&median) = ms.get(ms.len() / 2) else {
+                continue;
+            };
+            let splits = run_path(&gpu, &loaded, &dp, path, Splits::Policy)
+                .map(|r| r.num_splits)
+                .unwrap_or(0);
             println!(
                 "time {name:<18} {:<13} splits {splits:>3} median {median:8.3} ms  {:7.2} TFLOP/s",
                 path.as_str(),

@@ -2,8 +2,8 @@
 //! kernel parameter layout and launch planning. None of these needs a driver.
 
 use relattn_kernels::gpu::{
-    self, c_struct_fields, check_arch, entry_name, files, CompilePlan, Mutant, Params, Stage, Variant, CHECK_ARCHS,
-    DTYPES, PARAMS_BYTES, PARAM_FIELDS,
+    self, c_struct_fields, check_arch, entry_name, files, CompilePlan, Mutant, Params, Stage,
+    Variant, CHECK_ARCHS, DTYPES, PARAMS_BYTES, PARAM_FIELDS,
 };
 use relattn_kernels::routing::PathId;
 
@@ -14,7 +14,10 @@ fn all_files() -> Vec<(&'static str, &'static str)> {
 #[test]
 fn sources_include_nothing() {
     for (name, text) in all_files() {
-        assert!(!text.contains("#include"), "{name} includes a header; NVRTC has none on the target machines");
+        assert!(
+            !text.contains("#include"),
+            "{name} includes a header; NVRTC has none on the target machines"
+        );
     }
 }
 
@@ -33,10 +36,20 @@ fn every_entry_is_defined_in_its_path_source() {
         }
         // No entry of another path leaks into this program.
         for other in PathId::ALL.into_iter().filter(|&o| o != path) {
-            assert!(!text.contains(&format!("RELATTN_ENTRY({}_", other.as_str())), "{file} defines {other} entries");
+            assert!(
+                !text.contains(&format!("RELATTN_ENTRY({}_", other.as_str())),
+                "{file} defines {other} entries"
+            );
         }
     }
-    assert_eq!(entry_name(PathId::ShearedBias, Stage::Combine, relattn_reference::DType::F16), "sheared_bias_combine_fp16");
+    assert_eq!(
+        entry_name(
+            PathId::ShearedBias,
+            Stage::Combine,
+            relattn_reference::DType::F16
+        ),
+        "sheared_bias_combine_fp16"
+    );
 }
 
 #[test]
@@ -45,26 +58,53 @@ fn plan_options_follow_the_variant() {
     assert_eq!(plain.programs.len(), 3);
     for p in &plain.programs {
         assert_eq!(p.options, ["-arch=sm_90", "--std=c++17", "-default-device"]);
-        assert!(p.source.starts_with(gpu::files(p.path)[0].1), "common.cuh comes first");
+        assert!(
+            p.source.starts_with(gpu::files(p.path)[0].1),
+            "common.cuh comes first"
+        );
         assert_eq!(p.entries, gpu::entries(p.path));
-        assert!(!p.options.iter().any(|o| o.starts_with("-I") || o.starts_with("--include-path")));
+        assert!(!p
+            .options
+            .iter()
+            .any(|o| o.starts_with("-I") || o.starts_with("--include-path")));
     }
-    let v = Variant { bounds_check: true, mutant: Some(Mutant::KvHeadModulo) };
+    let v = Variant {
+        bounds_check: true,
+        mutant: Some(Mutant::KvHeadModulo),
+    };
     let checked = CompilePlan::new("sm_100", v, &[PathId::Fallback, PathId::Fallback]).unwrap();
     assert_eq!(checked.programs.len(), 1, "duplicate paths compile once");
     assert_eq!(
         checked.programs[0].options,
-        ["-arch=sm_100", "--std=c++17", "-default-device", "-DRELATTN_BOUNDS_CHECK", "-DRELATTN_MUTANT=4"]
+        [
+            "-arch=sm_100",
+            "--std=c++17",
+            "-default-device",
+            "-DRELATTN_BOUNDS_CHECK",
+            "-DRELATTN_MUTANT=4"
+        ]
     );
     assert_eq!(v.label(), "checked+kv_head_modulo");
 }
 
 #[test]
 fn architecture_names_are_checked() {
-    for ok in CHECK_ARCHS.iter().copied().chain(["sm_90a", "sm_121", "sm_100f"]) {
+    for ok in CHECK_ARCHS
+        .iter()
+        .copied()
+        .chain(["sm_90a", "sm_121", "sm_100f"])
+    {
         check_arch(ok).unwrap();
     }
-    for bad in ["90", "sm_", "sm_9", "compute_90", "sm_90ab", "sm_9x0", "sm_90;rm"] {
+    for bad in [
+        "90",
+        "sm_",
+        "sm_9",
+        "compute_90",
+        "sm_90ab",
+        "sm_9x0",
+        "sm_90;rm",
+    ] {
         assert!(check_arch(bad).is_err(), "{bad} accepted");
         assert!(CompilePlan::all_paths(bad, Variant::PLAIN).is_err());
     }
@@ -72,10 +112,19 @@ fn architecture_names_are_checked() {
 
 #[test]
 fn cache_keys_change_with_every_input() {
-    let plan = |arch, v| CompilePlan::new(arch, v, &[PathId::ScoreMod]).unwrap().programs.remove(0);
+    let plan = |arch, v| {
+        CompilePlan::new(arch, v, &[PathId::ScoreMod])
+            .unwrap()
+            .programs
+            .remove(0)
+    };
     let base = plan("sm_90", Variant::PLAIN);
     let key = base.cache_key("sm_90", (13, 0));
-    assert_eq!(key, plan("sm_90", Variant::PLAIN).cache_key("sm_90", (13, 0)), "keys are deterministic");
+    assert_eq!(
+        key,
+        plan("sm_90", Variant::PLAIN).cache_key("sm_90", (13, 0)),
+        "keys are deterministic"
+    );
     assert_eq!(key.len(), 64);
     let mut others = vec![
         plan("sm_80", Variant::PLAIN).cache_key("sm_80", (13, 0)),
@@ -83,7 +132,16 @@ fn cache_keys_change_with_every_input() {
         plan("sm_90", Variant::CHECKED).cache_key("sm_90", (13, 0)),
     ];
     for m in Mutant::ALL {
-        others.push(plan("sm_90", Variant { bounds_check: false, mutant: Some(m) }).cache_key("sm_90", (13, 0)));
+        others.push(
+            plan(
+                "sm_90",
+                Variant {
+                    bounds_check: false,
+                    mutant: Some(m),
+                },
+            )
+            .cache_key("sm_90", (13, 0)),
+        );
     }
     let mut edited = base.clone();
     edited.source.push(' ');
@@ -92,7 +150,11 @@ fn cache_keys_change_with_every_input() {
     all.push(key.clone());
     all.sort();
     all.dedup();
-    assert_eq!(all.len(), others.len() + 1, "some input does not change the key");
+    assert_eq!(
+        all.len(),
+        others.len() + 1,
+        "some input does not change the key"
+    );
 }
 
 #[test]
@@ -115,13 +177,20 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
     }
     assert!("8".parse::<Mutant>().is_err());
     assert!(Mutant::RelRowPastEnd.needs_bounds_check());
-    assert_eq!(Mutant::ALL.iter().filter(|m| m.needs_bounds_check()).count(), 1);
+    assert_eq!(
+        Mutant::ALL
+            .iter()
+            .filter(|m| m.needs_bounds_check())
+            .count(),
+        1
+    );
 }
 
 #[test]
 fn params_mirror_the_c_struct() {
     assert_eq!(std::mem::size_of::<Params>(), PARAMS_BYTES);
-    let c = c_struct_fields(gpu::files(PathId::ScoreMod)[0].1).expect("struct Params in common.cuh");
+    let c =
+        c_struct_fields(gpu::files(PathId::ScoreMod)[0].1).expect("struct Params in common.cuh");
     assert_eq!(c, PARAM_FIELDS);
 }
 
@@ -130,8 +199,14 @@ fn compiling_without_nvrtc_is_a_typed_error() {
     // Only meaningful where NVRTC is missing (CI); elsewhere the GPU tests cover compile().
     if !gpu::nvrtc_available() {
         let plan = CompilePlan::all_paths("sm_90", Variant::PLAIN).unwrap();
-        assert!(matches!(gpu::compile(&plan), Err(gpu::GpuError::NoDriver(_))));
-        assert!(matches!(gpu::compile_check(&["sm_90"], &[Variant::PLAIN]), Err(gpu::GpuError::NoDriver(_))));
+        assert!(matches!(
+            gpu::compile(&plan),
+            Err(gpu::GpuError::NoDriver(_))
+        ));
+        assert!(matches!(
+            gpu::compile_check(&["sm_90"], &[Variant::PLAIN]),
+            Err(gpu::GpuError::NoDriver(_))
+        ));
     }
     if !gpu::Gpu::available() {
         assert!(matches!(gpu::Gpu::open(0), Err(gpu::GpuError::NoDriver(_))));

@@ -4,5 +4,7 @@
 pub struct Args {}
 
 pub fn run(_args: Args) -> anyhow::Result<()> {
-    Err(crate::exit::usage("`relattn bench` is not available in this build"))
+    Err(crate::exit::usage(
+        "`relattn bench` is not available in this build",
+    ))
 }

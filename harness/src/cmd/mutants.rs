@@ -8,8 +8,8 @@ use crate::gpu_exec::RealFactory;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, TrialKind};
 use crate::session::{Session, SessionOptions};
-use relattn_kernels::gpu::{Gpu, Mutant};
 use relattn_kernels::capability::NvmlSource;
+use relattn_kernels::gpu::{Gpu, Mutant};
 use relattn_reports::Status;
 use std::time::Instant;
 
@@ -31,12 +31,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Mutant::ALL.to_vec(),
         Some(list) => list
             .split(',')
-            .map(|s| s.trim().parse::<Mutant>().map_err(|e| exit::usage(e.to_string())))
+            .map(|s| {
+                s.trim()
+                    .parse::<Mutant>()
+                    .map_err(|e| exit::usage(e.to_string()))
+            })
             .collect::<Result<_, _>>()?,
     };
     let store = CaseStore::keep_all();
     let mut survived = Vec::new();
-    println!("{:<22} {:<13} {:<9} {:>7}  first failing trial", "defect", "path", "result", "trials");
+    println!(
+        "{:<22} {:<13} {:<9} {:>7}  first failing trial",
+        "defect", "path", "result", "trials"
+    );
     for mutant in selected {
         for &path in mutant.paths() {
             let started = Instant::now();
@@ -44,18 +51,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 gpu_matrix: Some(args.matrix.clone()),
                 selfcheck_matrix: Some("smoke".into()),
                 paths: PathSelection::List(vec![path]),
-                bounds: Some(if mutant.needs_bounds_check() { BoundsCheck::On } else { BoundsCheck::Off }),
+                bounds: Some(if mutant.needs_bounds_check() {
+                    BoundsCheck::On
+                } else {
+                    BoundsCheck::Off
+                }),
                 shard: None,
                 devices: DeviceSelection::List(vec![args.device]),
                 case: None,
             };
-            let factory = RealFactory { mutant: Some(mutant), compile_checks: false };
+            let factory = RealFactory {
+                mutant: Some(mutant),
+                compile_checks: false,
+            };
             let session = Session::open_with(&opts, &NvmlSource::new(), Gpu::available(), &factory)
                 .map_err(|e| exit::usage(format!("{e:#}")))?;
             match &session.status {
                 GpuStatus::Ready { .. } => {}
                 GpuStatus::Rejected(why) => return Err(exit::no_gpu(why.clone())),
-                GpuStatus::Absent(why) => return Err(exit::no_gpu(format!("no usable GPU: {why}"))),
+                GpuStatus::Absent(why) => {
+                    return Err(exit::no_gpu(format!("no usable GPU: {why}")))
+                }
             }
             let mut trials: Vec<_> = session
                 .trials
@@ -90,7 +106,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     row.message.split("; reproduce").next().unwrap_or_default()
                 ),
                 None => {
-                    println!("{:<22} {:<13} {:<9} {:>7}  - ({secs:.1}s)", mutant.as_str(), path.as_str(), "SURVIVED", ran);
+                    println!(
+                        "{:<22} {:<13} {:<9} {:>7}  - ({secs:.1}s)",
+                        mutant.as_str(),
+                        path.as_str(),
+                        "SURVIVED",
+                        ran
+                    );
                     survived.push(format!("{mutant} on {path}"));
                 }
             }
@@ -100,6 +122,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("every planted defect was caught");
         Ok(())
     } else {
-        Err(exit::failed(format!("planted defects not caught: {}", survived.join(", "))))
+        Err(exit::failed(format!(
+            "planted defects not caught: {}",
+            survived.join(", ")
+        )))
     }
 }

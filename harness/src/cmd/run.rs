@@ -6,9 +6,9 @@ use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
 use crate::session::{ExecutorFactory, Session, SessionOptions};
-use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
+use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_matrices::Shard;
 use relattn_reports::{Environment, ReportWriter, Row};
 use std::collections::{BTreeMap, VecDeque};
@@ -44,7 +44,15 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let libs = crate::gpu_exec::libraries_present();
-    run_with(args, &NvmlSource::new(), libs, &crate::gpu_exec::RealFactory { mutant: None, compile_checks: true })
+    run_with(
+        args,
+        &NvmlSource::new(),
+        libs,
+        &crate::gpu_exec::RealFactory {
+            mutant: None,
+            compile_checks: true,
+        },
+    )
 }
 
 /// `run` with the capability source and executor factory given: a rejected device stops here
@@ -59,28 +67,54 @@ pub fn run_with(
         gpu_matrix: args.matrix.clone(),
         selfcheck_matrix: None,
         paths: args.paths.parse::<PathSelection>().map_err(exit::usage)?,
-        bounds: args.bounds_check.as_deref().map(str::parse::<BoundsCheck>).transpose().map_err(exit::usage)?,
-        shard: args.shard.as_deref().map(str::parse::<Shard>).transpose().map_err(|e| exit::usage(e.to_string()))?,
-        devices: args.devices.parse::<DeviceSelection>().map_err(exit::usage)?,
+        bounds: args
+            .bounds_check
+            .as_deref()
+            .map(str::parse::<BoundsCheck>)
+            .transpose()
+            .map_err(exit::usage)?,
+        shard: args
+            .shard
+            .as_deref()
+            .map(str::parse::<Shard>)
+            .transpose()
+            .map_err(|e| exit::usage(e.to_string()))?,
+        devices: args
+            .devices
+            .parse::<DeviceSelection>()
+            .map_err(exit::usage)?,
         case: args.case.clone(),
     };
-    let session = Session::open_with(&opts, source, libs_present, factory).map_err(|e| exit::usage(format!("{e:#}")))?;
+    let session = Session::open_with(&opts, source, libs_present, factory)
+        .map_err(|e| exit::usage(format!("{e:#}")))?;
     if let GpuStatus::Rejected(why) = &session.status {
         return Err(exit::no_gpu(why.clone()));
     }
     let arch = match &session.status {
-        GpuStatus::Ready { devices, .. } => format!("sm{}{}", devices[0].cc.major, devices[0].cc.minor),
+        GpuStatus::Ready { devices, .. } => {
+            format!("sm{}{}", devices[0].cc.major, devices[0].cc.minor)
+        }
         _ => "cpu".to_string(),
     };
-    eprintln!("relattn run: matrix `{}`, {} trials; {}", session.gpu_matrix, session.trials.len(), session.gpu_line());
+    eprintln!(
+        "relattn run: matrix `{}`, {} trials; {}",
+        session.gpu_matrix,
+        session.trials.len(),
+        session.gpu_line()
+    );
     if arch == "cpu" {
-        eprintln!("relattn run: no usable GPU, running the CPU part (routing and reference checks) only");
+        eprintln!(
+            "relattn run: no usable GPU, running the CPU part (routing and reference checks) only"
+        );
     }
     let env = environment(&session, &args);
     let mut writer = ReportWriter::create(&args.out, &arch, env)?;
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let started = Instant::now();
-    let bar = ProgressBar::with_draw_target(Some(session.trials.len() as u64), ProgressDrawTarget::hidden());
+    let bar = ProgressBar::with_draw_target(
+        Some(session.trials.len() as u64),
+        ProgressDrawTarget::hidden(),
+    );
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -93,7 +127,14 @@ pub fn run_with(
         }
         *counts.entry(row.status.as_str()).or_default() += 1;
         if row.status.is_bad() {
-            bar.suspend(|| eprintln!("{} {}: {}", row.status.as_str().to_uppercase(), row.trial, row.message));
+            bar.suspend(|| {
+                eprintln!(
+                    "{} {}: {}",
+                    row.status.as_str().to_uppercase(),
+                    row.trial,
+                    row.message
+                )
+            });
         }
         bar.inc(1);
         if let Err(e) = writer.push(row) {
@@ -107,7 +148,12 @@ pub fn run_with(
     let dir = writer.dir().to_path_buf();
     let summary = writer.finish()?;
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    eprintln!("relattn run: {} in {:.1}s; report in {}", line.join(", "), started.elapsed().as_secs_f64(), dir.display());
+    eprintln!(
+        "relattn run: {} in {:.1}s; report in {}",
+        line.join(", "),
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    );
     if !summary.all_passed() {
         return Err(exit::failed(format!(
             "{} trial(s) failed or errored, {} compile check(s) failed",
@@ -124,8 +170,9 @@ fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
     let (tx, rx) = mpsc::channel::<Row>();
     let trials = session.trials.clone();
     let store = Arc::new(CaseStore::for_trials(&trials));
-    let (gpu, cpu): (Vec<Trial>, Vec<Trial>) =
-        trials.into_iter().partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
+    let (gpu, cpu): (Vec<Trial>, Vec<Trial>) = trials
+        .into_iter()
+        .partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
     let matrix = session.gpu_matrix.clone();
     std::thread::scope(|scope| {
         // GPU trials grouped by case, so a case's reference and upload serve all its trials.
@@ -137,7 +184,8 @@ fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
         let queue = Arc::new(Mutex::new(by_case.into_values().collect::<VecDeque<_>>()));
         if let Some(exec) = session.executor_ref() {
             for slot in 0..session.device_count() {
-                let (queue, tx, store, matrix) = (queue.clone(), tx.clone(), store.clone(), matrix.clone());
+                let (queue, tx, store, matrix) =
+                    (queue.clone(), tx.clone(), store.clone(), matrix.clone());
                 scope.spawn(move || loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                     let Some(group) = next else { break };
@@ -168,7 +216,9 @@ fn environment(session: &Session, args: &Args) -> Environment {
         started: Some(relattn_reports::now()),
         relattn_version: Some(env!("CARGO_PKG_VERSION").to_string()),
         git_revision: git_revision(),
-        hostname: std::fs::read_to_string("/etc/hostname").ok().map(|s| s.trim().to_string()),
+        hostname: std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|s| s.trim().to_string()),
         ..Environment::default()
     };
     let mut seeds: Vec<u64> = session.cases.iter().map(|c| c.spec.seed).collect();
@@ -180,8 +230,10 @@ fn environment(session: &Session, args: &Args) -> Environment {
         env.gpu_name = Some(d.name.clone());
         env.capability = Some(d.cc.to_string());
         env.driver = Some(d.driver_version.clone());
-        env.extra.insert("routed_path".into(), serde_json::json!(routed.as_str()));
-        env.extra.insert("devices".into(), serde_json::json!(devices.len()));
+        env.extra
+            .insert("routed_path".into(), serde_json::json!(routed.as_str()));
+        env.extra
+            .insert("devices".into(), serde_json::json!(devices.len()));
     } else if let Some(why) = session.status.unusable_reason() {
         env.notes.push(why);
     }
@@ -194,8 +246,13 @@ fn git_revision() -> Option<String> {
     if let Ok(rev) = std::env::var("RELATTN_GIT_REV") {
         return Some(rev);
     }
-    let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 #[cfg(test)]
@@ -239,12 +296,28 @@ mod tests {
             let source = MockSource::single(name, Capability::new(12, minor));
             let started = Instant::now();
             let err = run_with(args(dir.path()), &source, true, &factory).unwrap_err();
-            assert!(started.elapsed() < Duration::from_secs(1), "refusal took {:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "refusal took {:?}",
+                started.elapsed()
+            );
             assert_eq!(exit::code_of(&err), exit::Code::NoGpu);
             let msg = err.to_string();
-            assert!(msg.contains(name) && msg.contains(&format!("12.{minor}")) && msg.contains("paged-KV"), "{msg}");
-            assert_eq!(factory.attempts.load(Ordering::SeqCst), 0, "compile/allocation attempted");
-            assert!(!dir.path().join("sm121").exists() && !dir.path().join("cpu").exists(), "no report for a refused run");
+            assert!(
+                msg.contains(name)
+                    && msg.contains(&format!("12.{minor}"))
+                    && msg.contains("paged-KV"),
+                "{msg}"
+            );
+            assert_eq!(
+                factory.attempts.load(Ordering::SeqCst),
+                0,
+                "compile/allocation attempted"
+            );
+            assert!(
+                !dir.path().join("sm121").exists() && !dir.path().join("cpu").exists(),
+                "no report for a refused run"
+            );
         }
     }
 
@@ -254,7 +327,13 @@ mod tests {
         let factory = CountingFactory::default();
         let source = MockSource::single("NVIDIA H200", Capability::new(9, 0));
         let mut a = args(dir.path());
-        let first = relattn_matrices::load_tier("smoke").unwrap().expand().unwrap().cases[0].id.clone();
+        let first = relattn_matrices::load_tier("smoke")
+            .unwrap()
+            .expand()
+            .unwrap()
+            .cases[0]
+            .id
+            .clone();
         a.case = Some(first);
         let _ = run_with(a, &source, true, &factory);
         assert_eq!(factory.attempts.load(Ordering::SeqCst), 1);

@@ -61,7 +61,11 @@ pub fn nvrtc_version() -> Result<(i32, i32), GpuError> {
 /// Where compiled CUBINs are kept: `RELATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/relattn`, else
 /// `~/.cache/relattn`; None when none of these is set.
 pub fn cache_dir() -> Option<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     var("RELATTN_CACHE_DIR")
         .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("relattn")))
         .or_else(|| var("HOME").map(|d| d.join(".cache").join("relattn")))
@@ -100,32 +104,52 @@ fn store(key: &str, cubin: &Arc<Vec<u8>>) {
     }
 }
 
-fn compile_one(p: &ProgramBuild, arch: &str, version: (i32, i32)) -> Result<CompiledProgram, GpuError> {
+fn compile_one(
+    p: &ProgramBuild,
+    arch: &str,
+    version: (i32, i32),
+) -> Result<CompiledProgram, GpuError> {
     let key = p.cache_key(arch, version);
     let cubin = match cached(&key) {
         Some(c) => c,
         None => {
-            let bytes = ffi::compile_cubin(&p.name, &p.source, &p.options).map_err(|log| GpuError::Nvrtc {
-                program: p.name.clone(),
-                arch: arch.to_string(),
-                log,
+            let bytes = ffi::compile_cubin(&p.name, &p.source, &p.options).map_err(|log| {
+                GpuError::Nvrtc {
+                    program: p.name.clone(),
+                    arch: arch.to_string(),
+                    log,
+                }
             })?;
             let bytes = Arc::new(bytes);
             store(&key, &bytes);
             bytes
         }
     };
-    Ok(CompiledProgram { path: p.path, name: p.name.clone(), cache_key: key, entries: p.entries.clone(), cubin })
+    Ok(CompiledProgram {
+        path: p.path,
+        name: p.name.clone(),
+        cache_key: key,
+        entries: p.entries.clone(),
+        cubin,
+    })
 }
 
 /// Compile every program of `plan` in parallel. The first failing program (in plan order) is the
 /// error, with its NVRTC log.
 pub fn compile(plan: &CompilePlan) -> Result<Compiled, GpuError> {
     let version = nvrtc_version()?;
-    let results: Vec<Result<CompiledProgram, GpuError>> =
-        plan.programs.par_iter().map(|p| compile_one(p, &plan.arch, version)).collect();
+    let results: Vec<Result<CompiledProgram, GpuError>> = plan
+        .programs
+        .par_iter()
+        .map(|p| compile_one(p, &plan.arch, version))
+        .collect();
     let programs = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok(Compiled { arch: plan.arch.clone(), variant: plan.variant, nvrtc_version: version, programs })
+    Ok(Compiled {
+        arch: plan.arch.clone(),
+        variant: plan.variant,
+        nvrtc_version: version,
+        programs,
+    })
 }
 
 /// Compile every program for every architecture and variant (in parallel, through the cache) and

@@ -53,7 +53,9 @@ impl Gpu {
     /// Open device `index` (its primary context and a fresh stream).
     pub fn open(index: usize) -> Result<Gpu, GpuError> {
         if !Gpu::available() {
-            return Err(GpuError::NoDriver("libcuda or libnvrtc cannot be loaded".into()));
+            return Err(GpuError::NoDriver(
+                "libcuda or libnvrtc cannot be loaded".into(),
+            ));
         }
         let count = Gpu::device_count()?;
         if index >= count {
@@ -62,16 +64,26 @@ impl Gpu {
         let ctx = CudaContext::new(index).map_err(driver(format!("opening GPU {index}")))?;
         ffi::single_stream_mode(&ctx);
         let name = ctx.name().map_err(driver("reading the device name"))?;
-        let (major, minor) = ctx.compute_capability().map_err(driver("reading the compute capability"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver("reading the compute capability"))?;
         let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
-        Ok(Gpu { ctx, stream, index, name, capability: Capability::new(major as u32, minor as u32) })
+        Ok(Gpu {
+            ctx,
+            stream,
+            index,
+            name,
+            capability: Capability::new(major as u32, minor as u32),
+        })
     }
 
     /// After a `Trap` the context is dead (CUDA errors are sticky). Drop every `Loaded` and
     /// `DeviceProblem` made on this GPU, then call this: it releases the primary context, so the
     /// driver destroys it, and opens a fresh one.
     pub fn reopen(self) -> Result<Gpu, GpuError> {
-        let Gpu { ctx, stream, index, .. } = self;
+        let Gpu {
+            ctx, stream, index, ..
+        } = self;
         drop(stream);
         if Arc::strong_count(&ctx) > 1 {
             return Err(GpuError::ContextInUse(index));
@@ -104,7 +116,9 @@ impl Gpu {
 
     /// (free, total) device memory in bytes.
     pub fn memory(&self) -> Result<(usize, usize), GpuError> {
-        self.ctx.mem_get_info().map_err(driver("reading device memory"))
+        self.ctx
+            .mem_get_info()
+            .map_err(driver("reading device memory"))
     }
 
     /// Load every program of `compiled` (which must target this device's architecture).
@@ -112,15 +126,28 @@ impl Gpu {
         let mut functions = HashMap::new();
         let mut paths = Vec::new();
         for program in &compiled.programs {
-            let what = format!("loading {} ({}) on {}", program.name, compiled.arch, self.name);
-            let module = self.ctx.load_module(Ptx::from_binary(program.cubin.to_vec())).map_err(driver(what))?;
+            let what = format!(
+                "loading {} ({}) on {}",
+                program.name, compiled.arch, self.name
+            );
+            let module = self
+                .ctx
+                .load_module(Ptx::from_binary(program.cubin.to_vec()))
+                .map_err(driver(what))?;
             for entry in &program.entries {
-                let f = module.load_function(entry).map_err(driver(format!("finding kernel {entry}")))?;
+                let f = module
+                    .load_function(entry)
+                    .map_err(driver(format!("finding kernel {entry}")))?;
                 functions.insert(entry.clone(), f);
             }
             paths.push(program.path);
         }
-        Ok(Loaded { variant: compiled.variant, arch: compiled.arch.clone(), functions, paths })
+        Ok(Loaded {
+            variant: compiled.variant,
+            arch: compiled.arch.clone(),
+            functions,
+            paths,
+        })
     }
 }
 
@@ -137,7 +164,12 @@ impl Loaded {
         self.paths.contains(&path)
     }
 
-    pub(crate) fn function(&self, path: PathId, stage: Stage, dtype: DType) -> Result<(String, &CudaFunction), GpuError> {
+    pub(crate) fn function(
+        &self,
+        path: PathId,
+        stage: Stage,
+        dtype: DType,
+    ) -> Result<(String, &CudaFunction), GpuError> {
         let name = entry_name(path, stage, dtype);
         match self.functions.get(&name) {
             Some(f) => Ok((name, f)),

@@ -20,7 +20,11 @@ pub enum GpuError {
     BadArch(String),
     /// NVRTC rejected a program; `log` is NVRTC's full log.
     #[error("NVRTC failed to compile {program} for {arch}:\n{log}")]
-    Nvrtc { program: String, arch: String, log: String },
+    Nvrtc {
+        program: String,
+        arch: String,
+        log: String,
+    },
     /// A CUDA driver call failed.
     #[error("CUDA driver call failed while {what}: {source}")]
     Driver {

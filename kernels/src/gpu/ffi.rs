@@ -5,8 +5,8 @@
 
 use super::params::Params;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError,
+    LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc;
 use std::ffi::{c_char, CString};
@@ -50,17 +50,26 @@ pub(crate) fn driver_version() -> Result<i32, DriverError> {
 
 /// Compile `source` to a CUBIN for the `-arch` in `options`. Err carries NVRTC's error and full
 /// log. Call only after `nvrtc_library_present()`.
-pub(crate) fn compile_cubin(name: &str, source: &str, options: &[String]) -> Result<Vec<u8>, String> {
+pub(crate) fn compile_cubin(
+    name: &str,
+    source: &str,
+    options: &[String],
+) -> Result<Vec<u8>, String> {
     let src = CString::new(source).map_err(|_| "source contains a NUL byte".to_string())?;
     let cname = CString::new(name).map_err(|_| "program name contains a NUL byte".to_string())?;
-    let prog = nvrtc::result::create_program(&src, Some(&cname)).map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
+    let prog = nvrtc::result::create_program(&src, Some(&cname))
+        .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
     // SAFETY: `prog` was just created and is destroyed only at the end of this function; `src` and
     // `cname` outlive it.
     let compiled = unsafe { nvrtc::result::compile_program(prog, options) };
     // SAFETY: as above.
     let log = match unsafe { nvrtc::result::get_program_log(prog) } {
         Ok(chars) => {
-            let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            let bytes: Vec<u8> = chars
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
             String::from_utf8_lossy(&bytes).into_owned()
         }
         Err(e) => format!("(no log: {e:?})"),
@@ -71,7 +80,9 @@ pub(crate) fn compile_cubin(name: &str, source: &str, options: &[String]) -> Res
             let mut size = 0usize;
             // SAFETY: `prog` compiled successfully; `size` is valid for a write.
             match unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size) }.result() {
-                Err(e) => Err(format!("nvrtcGetCUBINSize: {e:?} (is -arch a real sm_ architecture?)\n{log}")),
+                Err(e) => Err(format!(
+                    "nvrtcGetCUBINSize: {e:?} (is -arch a real sm_ architecture?)\n{log}"
+                )),
                 Ok(()) => {
                     let mut cubin = vec![0u8; size];
                     // SAFETY: `cubin` has exactly the size NVRTC reported for this program.
@@ -97,7 +108,11 @@ pub(crate) fn single_stream_mode(ctx: &Arc<CudaContext>) {
 }
 
 /// Set every byte of `buf` to `byte` (e.g. 0xFF: NaN in every float format), in stream order.
-pub(crate) fn fill_bytes<T>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, byte: u8) -> Result<(), DriverError> {
+pub(crate) fn fill_bytes<T>(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    byte: u8,
+) -> Result<(), DriverError> {
     let n = buf.num_bytes();
     let (ptr, _guard) = buf.device_ptr_mut(stream);
     // SAFETY: `ptr` addresses `n` bytes owned by `buf`, which outlives the enqueued memset because
@@ -113,7 +128,11 @@ pub(crate) fn launch(
     threads: u32,
     params: &Params,
 ) -> Result<(), DriverError> {
-    let cfg = LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: grid,
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let mut builder = stream.launch_builder(func);
     builder.arg(params);
     // SAFETY: every kernel of the relattn programs takes exactly one `Params` by value (the entry

@@ -53,12 +53,18 @@ pub struct LaunchPlan {
 }
 
 fn unsupported(path: PathId, reason: impl Into<String>) -> GpuError {
-    GpuError::Unsupported { path, reason: reason.into() }
+    GpuError::Unsupported {
+        path,
+        reason: reason.into(),
+    }
 }
 
 fn dim(path: PathId, what: &str, n: usize, max: usize) -> Result<u32, GpuError> {
     if n > max {
-        return Err(unsupported(path, format!("{what} = {n} exceeds the grid limit {max}")));
+        return Err(unsupported(
+            path,
+            format!("{what} = {n} exceeds the grid limit {max}"),
+        ));
     }
     Ok(n as u32)
 }
@@ -73,7 +79,12 @@ pub fn sheared_split_keys(kv_len: usize, splits: usize, s: usize) -> Option<Rang
 }
 
 /// Keys of decode split `s` (SPEC 4.3), or None when the split is empty (`s * split_len >= eff`).
-pub fn decode_split_keys(kv_len: usize, window_left: i64, splits: usize, s: usize) -> Option<Range<usize>> {
+pub fn decode_split_keys(
+    kv_len: usize,
+    window_left: i64,
+    splits: usize,
+    s: usize,
+) -> Option<Range<usize>> {
     let eff = match usize::try_from(window_left) {
         Ok(w) => kv_len.min(w + 1),
         Err(_) => kv_len,
@@ -110,7 +121,13 @@ pub fn policy_splits(path: PathId, g: &Geometry) -> usize {
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.
 pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<LaunchPlan, GpuError> {
     if g.head_dim != HEAD_DIM {
-        return Err(unsupported(path, format!("head_dim {} (the kernels are built for D = {HEAD_DIM})", g.head_dim)));
+        return Err(unsupported(
+            path,
+            format!(
+                "head_dim {} (the kernels are built for D = {HEAD_DIM})",
+                g.head_dim
+            ),
+        ));
     }
     if let Splits::Forced(0) = splits {
         return Err(unsupported(path, "num_splits must be at least 1"));
@@ -119,37 +136,63 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     let batch = dim(path, "batch", g.batch(), 65535)?;
     let heads = dim(path, "num_heads", h, 65535)?;
     let rows = dim(path, "real rows", g.real_rows, i32::MAX as usize)?;
-    let q_tiles = |rows_per_cta: usize| dim(path, "query tiles", g.max_query_len().div_ceil(rows_per_cta), i32::MAX as usize);
+    let q_tiles = |rows_per_cta: usize| {
+        dim(
+            path,
+            "query tiles",
+            g.max_query_len().div_ceil(rows_per_cta),
+            i32::MAX as usize,
+        )
+    };
     let mut launches = Vec::new();
     let (num_splits, workspace_splits, shear_width) = match path {
         PathId::ScoreMod => {
             if let Splits::Forced(n) = splits {
                 if n > 1 {
-                    return Err(unsupported(path, format!("score_mod has no split-KV: num_splits must be 1, got {n}")));
+                    return Err(unsupported(
+                        path,
+                        format!("score_mod has no split-KV: num_splits must be 1, got {n}"),
+                    ));
                 }
             }
-            launches.push(Launch { stage: Stage::Main, grid: (q_tiles(CTA_ROWS)?, heads, batch) });
+            launches.push(Launch {
+                stage: Stage::Main,
+                grid: (q_tiles(CTA_ROWS)?, heads, batch),
+            });
             (1, 0, 0)
         }
         PathId::ShearedBias => {
-            routing::check_path(path, g.rel_extent, g.window_left, 1).map_err(|r| unsupported(path, r))?;
+            routing::check_path(path, g.rel_extent, g.window_left, 1)
+                .map_err(|r| unsupported(path, r))?;
             let s = match splits {
                 Splits::Policy => policy_splits(path, g),
                 Splits::Forced(n) => n,
             };
             let tiles = q_tiles(CTA_ROWS)?;
-            launches.push(Launch { stage: Stage::Prologue, grid: (tiles, heads, batch) });
+            launches.push(Launch {
+                stage: Stage::Prologue,
+                grid: (tiles, heads, batch),
+            });
             let split_heads = dim(path, "num_heads x num_splits", h.saturating_mul(s), 65535)?;
-            launches.push(Launch { stage: Stage::Main, grid: (tiles, split_heads, batch) });
+            launches.push(Launch {
+                stage: Stage::Main,
+                grid: (tiles, split_heads, batch),
+            });
             if s > 1 {
-                launches.push(Launch { stage: Stage::Combine, grid: (rows, heads, 1) });
+                launches.push(Launch {
+                    stage: Stage::Combine,
+                    grid: (rows, heads, 1),
+                });
             }
             (s, if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
         }
         PathId::Fallback => {
             let g_size = g.group();
             if g_size > CTA_ROWS {
-                return Err(unsupported(path, format!("GQA group {g_size} exceeds {CTA_ROWS} heads per KV head")));
+                return Err(unsupported(
+                    path,
+                    format!("GQA group {g_size} exceeds {CTA_ROWS} heads per KV head"),
+                ));
             }
             // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split).
             let (decode, s) = match splits {
@@ -165,20 +208,41 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             let kv_heads = dim(path, "num_kv_heads", g.num_kv_heads, 65535)?;
             if decode {
                 let sx = dim(path, "num_splits", s, i32::MAX as usize)?;
-                launches.push(Launch { stage: Stage::Decode, grid: (sx, kv_heads, batch) });
-                launches.push(Launch { stage: Stage::Merge, grid: (rows, heads, 1) });
+                launches.push(Launch {
+                    stage: Stage::Decode,
+                    grid: (sx, kv_heads, batch),
+                });
+                launches.push(Launch {
+                    stage: Stage::Merge,
+                    grid: (rows, heads, 1),
+                });
                 (s, s, 0)
             } else {
-                launches.push(Launch { stage: Stage::Main, grid: (q_tiles(CTA_ROWS / g_size)?, kv_heads, batch) });
+                launches.push(Launch {
+                    stage: Stage::Main,
+                    grid: (q_tiles(CTA_ROWS / g_size)?, kv_heads, batch),
+                });
                 (1, 0, 0)
             }
         }
     };
     launches.retain(|l| l.grid.0 > 0 && l.grid.1 > 0 && l.grid.2 > 0);
-    Ok(LaunchPlan { path, num_splits, launches, workspace_splits, shear_width })
+    Ok(LaunchPlan {
+        path,
+        num_splits,
+        launches,
+        workspace_splits,
+        shear_width,
+    })
 }
 
 /// The fallback policy picks the two-stage decode kernel (possibly with one split).
 fn uses_policy_decode(g: &Geometry) -> bool {
-    routing::use_split_kv_decode(g.max_query_len(), g.max_kv_len(), g.page_size, g.window_left, true)
+    routing::use_split_kv_decode(
+        g.max_query_len(),
+        g.max_kv_len(),
+        g.page_size,
+        g.window_left,
+        true,
+    )
 }

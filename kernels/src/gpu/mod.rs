@@ -22,13 +22,16 @@ mod run;
 mod source;
 mod upload;
 
-pub use compile::{cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, CheckRecord, Compiled, CompiledProgram};
+pub use compile::{
+    cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, CheckRecord, Compiled,
+    CompiledProgram,
+};
 pub use device::{Gpu, Loaded};
 pub use error::GpuError;
 pub use geometry::Geometry;
 pub use launch_plan::{
-    decode_split_keys, plan_launches, policy_splits, sheared_split_keys, Launch, LaunchPlan, Splits, CTA_ROWS,
-    CTA_THREADS, HEAD_DIM, SHEARED_POLICY_ARCH, SHEAR_TILE,
+    decode_split_keys, plan_launches, policy_splits, sheared_split_keys, Launch, LaunchPlan,
+    Splits, CTA_ROWS, CTA_THREADS, HEAD_DIM, SHEARED_POLICY_ARCH, SHEAR_TILE,
 };
 pub use mutant::Mutant;
 pub use params::{c_struct_fields, Params, FIELDS as PARAM_FIELDS, PARAMS_BYTES};

@@ -111,7 +111,10 @@ impl FromStr for Mutant {
             .find(|m| m.as_str() == s || m.define().to_string() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.as_str()).collect();
-                format!("unknown mutant `{s}`: expected 1..=7 or one of {}", names.join(", "))
+                format!(
+                    "unknown mutant `{s}`: expected 1..=7 or one of {}",
+                    names.join(", ")
+                )
             })
     }
 }

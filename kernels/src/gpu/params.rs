@@ -5,11 +5,47 @@
 
 /// Field names of the C struct in declaration order (checked against common.cuh by a test).
 pub const FIELDS: [&str; 41] = [
-    "q", "kv", "rel", "out", "block_table", "seqused_k", "cu_seqlens_q", "ws_o", "ws_lse", "shear",
-    "T", "H", "Hkv", "G", "D", "E", "B", "bt_stride", "page_size", "k_off", "k_block", "k_slot",
-    "k_head", "v_off", "v_block", "v_slot", "v_head", "window_left", "num_splits", "shear_width",
-    "real_rows", "q_size", "kv_size", "rel_size", "out_size", "bt_size", "ws_o_size",
-    "ws_lse_size", "shear_size", "scale", "pad",
+    "q",
+    "kv",
+    "rel",
+    "out",
+    "block_table",
+    "seqused_k",
+    "cu_seqlens_q",
+    "ws_o",
+    "ws_lse",
+    "shear",
+    "T",
+    "H",
+    "Hkv",
+    "G",
+    "D",
+    "E",
+    "B",
+    "bt_stride",
+    "page_size",
+    "k_off",
+    "k_block",
+    "k_slot",
+    "k_head",
+    "v_off",
+    "v_block",
+    "v_slot",
+    "v_head",
+    "window_left",
+    "num_splits",
+    "shear_width",
+    "real_rows",
+    "q_size",
+    "kv_size",
+    "rel_size",
+    "out_size",
+    "bt_size",
+    "ws_o_size",
+    "ws_lse_size",
+    "shear_size",
+    "scale",
+    "pad",
 ];
 
 /// Device pointers are raw `CUdeviceptr` values; 0 for a buffer a launch does not use.
@@ -70,7 +106,9 @@ pub fn c_struct_fields(source: &str) -> Option<Vec<String>> {
     let mut names = Vec::new();
     for line in body.lines() {
         let code = line.split("//").next().unwrap_or("").trim();
-        let Some(decl) = code.strip_suffix(';') else { continue };
+        let Some(decl) = code.strip_suffix(';') else {
+            continue;
+        };
         // `const void* q` or `i64 T, H, Hkv`: names follow the type, comma separated.
         let mut parts = decl.split(',');
         let first = parts.next()?.trim();

@@ -10,8 +10,9 @@ use crate::routing::PathId;
 use sha2::{Digest, Sha256};
 
 /// The architectures the compile-only check covers (every routed family plus SM120).
-pub const CHECK_ARCHS: [&str; 8] =
-    ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120"];
+pub const CHECK_ARCHS: [&str; 8] = [
+    "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120",
+];
 
 /// Compile-time switches of a build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -23,12 +24,22 @@ pub struct Variant {
 }
 
 impl Variant {
-    pub const PLAIN: Variant = Variant { bounds_check: false, mutant: None };
-    pub const CHECKED: Variant = Variant { bounds_check: true, mutant: None };
+    pub const PLAIN: Variant = Variant {
+        bounds_check: false,
+        mutant: None,
+    };
+    pub const CHECKED: Variant = Variant {
+        bounds_check: true,
+        mutant: None,
+    };
 
     /// A short label, e.g. `plain`, `checked`, `checked+kv_head_modulo`.
     pub fn label(&self) -> String {
-        let base = if self.bounds_check { "checked" } else { "plain" };
+        let base = if self.bounds_check {
+            "checked"
+        } else {
+            "plain"
+        };
         match self.mutant {
             Some(m) => format!("{base}+{m}"),
             None => base.to_string(),
@@ -94,7 +105,11 @@ impl CompilePlan {
                 entries: source::entries(path),
             })
             .collect();
-        Ok(CompilePlan { arch: arch.to_string(), variant, programs })
+        Ok(CompilePlan {
+            arch: arch.to_string(),
+            variant,
+            programs,
+        })
     }
 
     /// All three paths.
@@ -105,7 +120,11 @@ impl CompilePlan {
 
 /// NVRTC options of a build. No include path: the sources include nothing.
 pub fn options(arch: &str, variant: Variant) -> Vec<String> {
-    let mut o = vec![format!("-arch={arch}"), "--std=c++17".to_string(), "-default-device".to_string()];
+    let mut o = vec![
+        format!("-arch={arch}"),
+        "--std=c++17".to_string(),
+        "-default-device".to_string(),
+    ];
     if variant.bounds_check {
         o.push("-DRELATTN_BOUNDS_CHECK".to_string());
     }

@@ -50,9 +50,15 @@ fn is_fault(e: &DriverError) -> bool {
 fn after_launch(kernel: &str) -> impl FnOnce(DriverError) -> GpuError + '_ {
     move |e| {
         if is_fault(&e) {
-            GpuError::Trap { kernel: kernel.to_string(), detail: format!("{e}") }
+            GpuError::Trap {
+                kernel: kernel.to_string(),
+                detail: format!("{e}"),
+            }
         } else {
-            GpuError::Driver { what: format!("running {kernel}"), source: e }
+            GpuError::Driver {
+                what: format!("running {kernel}"),
+                source: e,
+            }
         }
     }
 }
@@ -74,7 +80,11 @@ pub fn run_path(
 ) -> Result<GpuRun, GpuError> {
     if problem.device != gpu.index() {
         return Err(GpuError::Driver {
-            what: format!("running on GPU {} a problem uploaded to GPU {}", gpu.index(), problem.device),
+            what: format!(
+                "running on GPU {} a problem uploaded to GPU {}",
+                gpu.index(),
+                problem.device
+            ),
             source: DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_CONTEXT),
         });
     }
@@ -90,29 +100,43 @@ pub fn run_path(
     let ws_o_len = plan.workspace_splits * rows * HEAD_DIM;
     let ws_lse_len = plan.workspace_splits * rows;
     let shear_len = rows * plan.shear_width;
-    let mut ws_o = stream.alloc_zeros::<f32>(ws_o_len.max(1)).map_err(driver("allocating the split workspace"))?;
-    let mut ws_lse = stream.alloc_zeros::<f32>(ws_lse_len.max(1)).map_err(driver("allocating the LSE workspace"))?;
+    let mut ws_o = stream
+        .alloc_zeros::<f32>(ws_o_len.max(1))
+        .map_err(driver("allocating the split workspace"))?;
+    let mut ws_lse = stream
+        .alloc_zeros::<f32>(ws_lse_len.max(1))
+        .map_err(driver("allocating the LSE workspace"))?;
     let mut shear = stream
         .alloc_zeros::<u8>((shear_len * g.dtype.size_bytes()).max(1))
         .map_err(driver("allocating the sheared bias buffer"))?;
     for what in [&mut ws_o, &mut ws_lse] {
         ffi::fill_bytes(stream, what, 0xFF).map_err(driver("poisoning the workspace"))?;
     }
-    ffi::fill_bytes(stream, &mut shear, 0xFF).map_err(driver("poisoning the sheared bias buffer"))?;
+    ffi::fill_bytes(stream, &mut shear, 0xFF)
+        .map_err(driver("poisoning the sheared bias buffer"))?;
     // A fresh `out` holding the poison image (the kernels write it in place).
     // (Never empty: a zero-length allocation is refused by some drivers.)
     let mut image = problem.out_poison.clone();
     image.resize(image.len().max(4), 0);
     let out = stream.clone_htod(&image).map_err(driver("poisoning out"))?;
 
-    let params = params(gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len);
-    let start = gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("creating an event"))?;
-    let end = gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("creating an event"))?;
+    let params = params(
+        gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len,
+    );
+    let start = gpu
+        .ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(driver("creating an event"))?;
+    let end = gpu
+        .ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(driver("creating an event"))?;
     start.record(stream).map_err(driver("recording an event"))?;
     let mut kernels = Vec::new();
     for launch in &plan.launches {
         let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
-        ffi::launch(stream, func, launch.grid, CTA_THREADS, &params).map_err(after_launch(&name))?;
+        ffi::launch(stream, func, launch.grid, CTA_THREADS, &params)
+            .map_err(after_launch(&name))?;
         if loaded.variant.bounds_check {
             // Synchronise per kernel so a trap names the kernel that raised it.
             stream.synchronize().map_err(after_launch(&name))?;
@@ -122,9 +146,12 @@ pub fn run_path(
     end.record(stream).map_err(driver("recording an event"))?;
     let all = kernels.join(", ");
     stream.synchronize().map_err(after_launch(&all))?;
-    let ms = start.elapsed_ms(&end).map_err(driver("reading the event timer"))?;
+    let ms = start
+        .elapsed_ms(&end)
+        .map_err(driver("reading the event timer"))?;
 
     let bytes = stream.clone_dtoh(&out).map_err(after_launch(&all))?;
+    stream.synchronize().map_err(after_launch(&all))?;
     let out_bytes = &bytes[..problem.out_poison.len()];
     let padding_start = g.real_rows * g.num_heads * g.head_dim * g.dtype.size_bytes();
     let padding_intact = out_bytes[padding_start..] == problem.out_poison[padding_start..];
@@ -216,7 +243,13 @@ fn params(
 
 impl Gpu {
     /// `run_path` as a method.
-    pub fn run(&self, loaded: &Loaded, problem: &DeviceProblem, path: PathId, splits: Splits) -> Result<GpuRun, GpuError> {
+    pub fn run(
+        &self,
+        loaded: &Loaded,
+        problem: &DeviceProblem,
+        path: PathId,
+        splits: Splits,
+    ) -> Result<GpuRun, GpuError> {
         run_path(self, loaded, problem, path, splits)
     }
 }

@@ -47,7 +47,12 @@ pub fn encode(dtype: DType, values: impl Iterator<Item = f32>) -> Vec<u8> {
 pub fn bits_at(dtype: DType, bytes: &[u8], i: usize) -> u32 {
     match dtype.size_bytes() {
         2 => u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]) as u32,
-        _ => u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]),
+        _ => u32::from_le_bytes([
+            bytes[4 * i],
+            bytes[4 * i + 1],
+            bytes[4 * i + 2],
+            bytes[4 * i + 3],
+        ]),
     }
 }
 
@@ -99,7 +104,9 @@ impl DeviceProblem {
     pub(crate) fn decode_out(&self, bytes: &[u8]) -> Array3<f32> {
         let g = &self.geometry;
         let n = g.total_rows * g.num_heads * g.head_dim;
-        let values: Vec<f32> = (0..n).map(|i| decode_bits(g.dtype, bits_at(g.dtype, bytes, i))).collect();
+        let values: Vec<f32> = (0..n)
+            .map(|i| decode_bits(g.dtype, bits_at(g.dtype, bytes, i)))
+            .collect();
         Array3::from_shape_vec((g.total_rows, g.num_heads, g.head_dim), values)
             .unwrap_or_else(|_| Array3::zeros((g.total_rows, g.num_heads, g.head_dim)))
     }
@@ -115,7 +122,9 @@ fn upload<T: cudarc::driver::DeviceRepr + Copy + Default>(
     if host.is_empty() {
         host.push(T::default());
     }
-    gpu.stream.clone_htod(&host).map_err(driver(format!("uploading {what}")))
+    gpu.stream
+        .clone_htod(&host)
+        .map_err(driver(format!("uploading {what}")))
 }
 
 impl Gpu {
