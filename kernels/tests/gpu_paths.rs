@@ -320,6 +320,22 @@ fn every_program_compiles_for_every_architecture() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// Warms the CUBIN cache for one architecture (`RELATTN_PRECOMPILE_ARCH`, default sm_90) with every
+/// build the tests above use, so a later GPU run loads instead of compiling.
+#[test]
+#[ignore = "needs NVRTC (slow: every build variant)"]
+fn precompile_every_variant() {
+    let arch = std::env::var("RELATTN_PRECOMPILE_ARCH").unwrap_or_else(|_| "sm_90".into());
+    let mut variants = vec![Variant::PLAIN, Variant::CHECKED];
+    variants.extend(Mutant::ALL.iter().map(|&m| Variant {
+        bounds_check: m.needs_bounds_check(),
+        mutant: Some(m),
+    }));
+    variants.par_iter().for_each(|&v| {
+        compile(&CompilePlan::all_paths(&arch, v).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn timing_print() {
