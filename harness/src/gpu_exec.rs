@@ -191,13 +191,15 @@ fn run_on(
         w.current = None; // free the previous case first
         w.current = Some((case_id.to_string(), gpu.upload(problem)?));
     }
-    if !w.loaded.contains_key(&bounds_check) {
-        let c = compiled.get(&bounds_check).ok_or_else(|| {
-            GpuError::NoDriver(format!("no build with bounds check {bounds_check}"))
-        })?;
-        w.loaded.insert(bounds_check, gpu.load(c)?);
-    }
-    let loaded = &w.loaded[&bounds_check];
+    let loaded = match w.loaded.entry(bounds_check) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let c = compiled.get(&bounds_check).ok_or_else(|| {
+                GpuError::NoDriver(format!("no build with bounds check {bounds_check}"))
+            })?;
+            e.insert(gpu.load(c)?)
+        }
+    };
     let (_, dp) = w.current.as_ref().expect("uploaded above");
     let splits = match split {
         SplitSetting::Policy => Splits::Policy,

@@ -10,6 +10,7 @@ use crate::plan::{BoundsCheck, PathSelection, TrialKind};
 use crate::session::{Session, SessionOptions};
 use relattn_kernels::capability::NvmlSource;
 use relattn_kernels::gpu::{Gpu, Mutant};
+use relattn_kernels::routing::PathId;
 use relattn_reports::Status;
 use std::time::Instant;
 
@@ -24,6 +25,10 @@ pub struct Args {
     /// GPU to use.
     #[arg(long, default_value = "0")]
     pub device: u32,
+    /// Only this path (then the defects run in this process; otherwise each (defect, path) runs
+    /// in a child process, because a trapped kernel leaves its CUDA context unusable).
+    #[arg(long)]
+    pub path: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -38,14 +43,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect::<Result<_, _>>()?,
     };
+    let only_path = match &args.path {
+        Some(p) => Some(
+            p.parse::<PathId>()
+                .map_err(|e| exit::usage(e.to_string()))?,
+        ),
+        None => return run_children(&args, &selected),
+    };
     let store = CaseStore::keep_all();
     let mut survived = Vec::new();
-    println!(
-        "{:<22} {:<13} {:<9} {:>7}  first failing trial",
-        "defect", "path", "result", "trials"
-    );
     for mutant in selected {
-        for &path in mutant.paths() {
+        for &path in mutant.paths().iter().filter(|&&p| Some(p) == only_path) {
             let started = Instant::now();
             let opts = SessionOptions {
                 gpu_matrix: Some(args.matrix.clone()),
@@ -114,6 +122,51 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         ran
                     );
                     survived.push(format!("{mutant} on {path}"));
+                }
+            }
+        }
+    }
+    if survived.is_empty() {
+        Ok(())
+    } else {
+        Err(exit::failed(format!(
+            "planted defects not caught: {}",
+            survived.join(", ")
+        )))
+    }
+}
+
+/// Run every (defect, path) pair in its own child process and collect the verdicts.
+fn run_children(args: &Args, selected: &[Mutant]) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().map_err(|e| exit::usage(format!("locating relattn: {e}")))?;
+    println!(
+        "{:<22} {:<13} {:<9} {:>7}  first failing trial",
+        "defect", "path", "result", "trials"
+    );
+    let mut survived = Vec::new();
+    for &mutant in selected {
+        for &path in mutant.paths() {
+            let out = std::process::Command::new(&exe)
+                .args([
+                    "mutants",
+                    "--matrix",
+                    &args.matrix,
+                    "--device",
+                    &args.device.to_string(),
+                ])
+                .args(["--only", mutant.as_str(), "--path", path.as_str()])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .map_err(|e| exit::usage(format!("running {}: {e}", exe.display())))?;
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            match out.status.code() {
+                Some(0) => {}
+                Some(1) => survived.push(format!("{mutant} on {path}")),
+                Some(3) => return Err(exit::no_gpu("no usable GPU for the planted-defect builds")),
+                code => {
+                    return Err(exit::usage(format!(
+                        "{mutant} on {path}: child exited with {code:?}"
+                    )))
                 }
             }
         }
