@@ -69,6 +69,7 @@ impl ExecutorFactory for RealFactory {
                 gpu: Some(gpu),
                 loaded: HashMap::new(),
                 current: None,
+                lost: None,
             }));
         }
         let driver = workers
@@ -91,15 +92,21 @@ struct Worker {
     loaded: HashMap<bool, Loaded>,
     /// The uploaded case.
     current: Option<(String, DeviceProblem)>,
+    /// Why the worker has no device any more.
+    lost: Option<String>,
 }
 
 impl Worker {
-    /// After a trap the context is dead: drop everything made on it and open a fresh one.
-    fn recover(&mut self) -> Result<(), GpuError> {
+    /// After a trap the context is dead: drop everything made on it and try a fresh one. The
+    /// driver may refuse (the process keeps the sticky error); then the worker stays without a
+    /// device and every later trial on it says which trial lost it.
+    fn recover(&mut self, case_id: &str) -> Result<(), GpuError> {
         self.loaded.clear();
         self.current = None;
         if let Some(gpu) = self.gpu.take() {
+            self.lost = Some(format!("a kernel trapped on case {case_id}"));
             self.gpu = Some(gpu.reopen()?);
+            self.lost = None;
         }
         Ok(())
     }
@@ -147,7 +154,7 @@ impl GpuExecutor for RealExecutor {
             Err(GpuError::Unsupported { reason, .. }) => Err(GpuTrialError::Unsupported(reason)),
             Err(e @ GpuError::Trap { .. }) => {
                 let message = e.to_string();
-                match w.recover() {
+                match w.recover(case_id) {
                     Ok(()) => Err(GpuTrialError::Fault(message)),
                     Err(again) => Err(GpuTrialError::Fault(format!(
                         "{message}; reopening failed: {again}"
@@ -183,10 +190,12 @@ fn run_on(
     split: SplitSetting,
     bounds_check: bool,
 ) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
-    let gpu = w
-        .gpu
-        .as_ref()
-        .ok_or_else(|| GpuError::NoDriver("GPU worker lost its device".into()))?;
+    let gpu = w.gpu.as_ref().ok_or_else(|| {
+        let why = w.lost.clone().unwrap_or_else(|| "unknown".into());
+        GpuError::NoDriver(format!(
+            "the CUDA context of this GPU is unusable ({why}); rerun this case alone"
+        ))
+    })?;
     if w.current.as_ref().is_none_or(|(id, _)| id != case_id) {
         w.current = None; // free the previous case first
         w.current = Some((case_id.to_string(), gpu.upload(problem)?));

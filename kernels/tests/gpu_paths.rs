@@ -214,18 +214,11 @@ fn every_path_matches_the_reference() {
 }
 
 /// The first (case, splits) on which `path` built with `variant` fails, or None if it survives.
-/// A trap reopens the GPU (the context is dead) and counts as caught.
-fn first_catch(
-    gpu: &mut Option<Gpu>,
-    variant: Variant,
-    path: PathId,
-    cases: &[Case],
-) -> Option<String> {
-    let g = gpu.take().unwrap();
-    let loaded = load(&g, variant);
-    let mut caught = None;
-    'cases: for case in cases {
-        let dp = g.upload(&case.problem).unwrap();
+/// A trap counts as caught; it leaves CUDA unusable in this process (see `GpuError::Trap`).
+fn first_catch(gpu: &Gpu, variant: Variant, path: PathId, cases: &[Case]) -> Option<String> {
+    let loaded = load(gpu, variant);
+    for case in cases {
+        let dp = gpu.upload(&case.problem).unwrap();
         let mut settings = vec![Splits::Policy];
         match path {
             PathId::ShearedBias => settings.push(Splits::Forced(3)),
@@ -235,60 +228,127 @@ fn first_catch(
             _ => {}
         }
         for splits in settings {
-            match run_path(&g, &loaded, &dp, path, splits) {
+            match run_path(gpu, &loaded, &dp, path, splits) {
                 Ok(run) => {
                     if let Err(e) = judge(case, &run) {
-                        caught = Some(format!("{} {splits:?}: {e}", case.name));
-                        break 'cases;
+                        return Some(format!("{} {splits:?}: {e}", case.name));
                     }
                 }
                 Err(GpuError::Unsupported { .. }) => {}
-                Err(e) => {
-                    caught = Some(format!("{} {splits:?}: {e}", case.name));
-                    break 'cases;
-                }
+                Err(e) => return Some(format!("{} {splits:?}: {e}", case.name)),
             }
         }
     }
-    let trapped = caught.as_deref().is_some_and(|c| c.contains("trapped"));
-    drop(loaded);
-    *gpu = Some(if trapped { g.reopen().unwrap() } else { g });
-    caught
+    None
+}
+
+/// Compile every build of `variants` up front, in parallel (later loads hit the cache).
+fn precompile(arch: &str, variants: &[Variant]) {
+    variants.par_iter().for_each(|&v| {
+        compile(&CompilePlan::all_paths(arch, v).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+fn mutant_variant(m: Mutant) -> Variant {
+    Variant {
+        bounds_check: m.needs_bounds_check(),
+        mutant: Some(m),
+    }
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn every_mutant_is_caught() {
     let cases = cases();
-    let mut gpu = Some(Gpu::open(0).unwrap());
-    let arch = gpu.as_ref().unwrap().arch();
-    let variants: Vec<Variant> = Mutant::ALL
-        .iter()
-        .map(|&m| Variant {
-            bounds_check: m.needs_bounds_check(),
-            mutant: Some(m),
-        })
+    let gpu = Gpu::open(0).unwrap();
+    let arch = gpu.arch();
+    // The defect that only a trap reveals has its own test (a trap ends CUDA for the process).
+    let mutants: Vec<Mutant> = Mutant::ALL
+        .into_iter()
+        .filter(|m| !m.needs_bounds_check())
         .collect();
-    // Compile every mutant build up front, in parallel (later loads hit the cache).
-    variants.par_iter().for_each(|&v| {
-        compile(&CompilePlan::all_paths(&arch, v).unwrap()).unwrap_or_else(|e| panic!("{e}"));
-    });
+    precompile(
+        &arch,
+        &mutants
+            .iter()
+            .map(|&m| mutant_variant(m))
+            .collect::<Vec<_>>(),
+    );
     let mut survivors = Vec::new();
-    for v in variants {
-        let m = v.mutant.unwrap();
+    for m in mutants {
         for &path in m.paths() {
-            match first_catch(&mut gpu, v, path, &cases) {
-                Some(how) => {
-                    if m.needs_bounds_check() && !how.contains("trapped") {
-                        survivors.push(format!("{m} on {path} was caught without a trap: {how}"));
-                    }
-                    println!("mutant {m:<20} {path:<13} caught: {how}");
-                }
+            match first_catch(&gpu, mutant_variant(m), path, &cases) {
+                Some(how) => println!("mutant {m:<20} {path:<13} caught: {how}"),
                 None => survivors.push(format!("{m} on {path} survived every case")),
             }
         }
     }
     assert!(survivors.is_empty(), "{}", survivors.join("\n"));
+}
+
+/// Set in the child processes of `trapped_defect_is_caught`: the path the child checks.
+const TRAP_CHILD_PATH: &str = "RELATTN_TRAP_CHILD_PATH";
+
+/// The out-of-range rel_logits read changes no number: only the bounds-checked build sees it, as
+/// a trap. A trap ends CUDA for its process, so each path runs in a child process (this test
+/// binary, running `trap_child`); this process must stay able to compute afterwards.
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn trapped_defect_is_caught() {
+    let m = Mutant::RelRowPastEnd;
+    let mut failures = Vec::new();
+    for &path in m.paths() {
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "trap_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(TRAP_CHILD_PATH, path.as_str())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&child.stdout).into_owned()
+            + &String::from_utf8_lossy(&child.stderr);
+        match text.lines().find(|l| l.starts_with("TRAPPED")) {
+            Some(line) if child.status.success() => println!("mutant {m} {line}"),
+            _ => failures.push(format!("{m} on {path}: no trap\n{text}")),
+        }
+    }
+    let gpu = Gpu::open(0).unwrap();
+    let cases = cases();
+    let loaded = load(&gpu, Variant::PLAIN);
+    let dp = gpu.upload(&cases[1].problem).unwrap();
+    let run = run_path(&gpu, &loaded, &dp, PathId::ScoreMod, Splits::Policy).unwrap();
+    judge(&cases[1], &run).unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Child side of `trapped_defect_is_caught` (does nothing when run directly).
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn trap_child() {
+    let Ok(path) = std::env::var(TRAP_CHILD_PATH) else {
+        return;
+    };
+    let path: PathId = path.parse().unwrap();
+    let gpu = Gpu::open(0).unwrap();
+    let how = first_catch(&gpu, mutant_variant(Mutant::RelRowPastEnd), path, &cases());
+    let how = how.unwrap_or_else(|| panic!("{path}: the out-of-range read was not seen"));
+    assert!(
+        how.contains("trapped"),
+        "{path}: caught without a trap: {how}"
+    );
+    println!("TRAPPED {path}: {how}");
+    // The trap is sticky for the process: reopening says so with a typed error.
+    match gpu.reopen() {
+        Err(GpuError::ContextLost { .. }) => {
+            println!("reopen after the trap: ContextLost, as documented")
+        }
+        other => println!("reopen after the trap: {other:?}"),
+    }
 }
 
 #[test]
@@ -327,13 +387,8 @@ fn every_program_compiles_for_every_architecture() {
 fn precompile_every_variant() {
     let arch = std::env::var("RELATTN_PRECOMPILE_ARCH").unwrap_or_else(|_| "sm_90".into());
     let mut variants = vec![Variant::PLAIN, Variant::CHECKED];
-    variants.extend(Mutant::ALL.iter().map(|&m| Variant {
-        bounds_check: m.needs_bounds_check(),
-        mutant: Some(m),
-    }));
-    variants.par_iter().for_each(|&v| {
-        compile(&CompilePlan::all_paths(&arch, v).unwrap()).unwrap_or_else(|e| panic!("{e}"));
-    });
+    variants.extend(Mutant::ALL.map(mutant_variant));
+    precompile(&arch, &variants);
 }
 
 #[test]

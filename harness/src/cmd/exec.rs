@@ -89,7 +89,7 @@ fn gpu_error(e: GpuError) -> anyhow::Error {
     let msg = e.to_string();
     match e {
         GpuError::NoDriver(_) => no_gpu(msg),
-        GpuError::NoDevice { count: 0, .. } => no_gpu(msg),
+        GpuError::NoDevice { count: 0, .. } | GpuError::ContextLost { .. } => no_gpu(msg),
         GpuError::Trap { .. } | GpuError::Nvrtc { .. } => failed(msg),
         _ => usage(msg),
     }

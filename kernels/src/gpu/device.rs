@@ -8,7 +8,7 @@ use super::ffi;
 use super::plan::Variant;
 use super::source::{entry_name, Stage};
 use crate::routing::{Capability, PathId};
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 use relattn_reference::DType;
 use std::collections::HashMap;
@@ -61,7 +61,19 @@ impl Gpu {
         if index >= count {
             return Err(GpuError::NoDevice { index, count });
         }
-        let ctx = CudaContext::new(index).map_err(driver(format!("opening GPU {index}")))?;
+        let ctx = CudaContext::new(index).map_err(|source| {
+            if is_fault(&source) {
+                GpuError::ContextLost {
+                    index,
+                    detail: source.to_string(),
+                }
+            } else {
+                GpuError::Driver {
+                    what: format!("opening GPU {index}"),
+                    source,
+                }
+            }
+        })?;
         ffi::single_stream_mode(&ctx);
         let name = ctx.name().map_err(driver("reading the device name"))?;
         let (major, minor) = ctx
@@ -77,9 +89,9 @@ impl Gpu {
         })
     }
 
-    /// After a `Trap` the context is dead (CUDA errors are sticky). Drop every `Loaded` and
-    /// `DeviceProblem` made on this GPU, then call this: it releases the primary context, so the
-    /// driver destroys it, and opens a fresh one.
+    /// Release this GPU and open a fresh context on the same device (drop every `Loaded` and
+    /// `DeviceProblem` made on it first). After a `Trap` this returns `ContextLost`: the CUDA
+    /// driver keeps a trap's error for the whole process, so recovery needs a new process.
     pub fn reopen(self) -> Result<Gpu, GpuError> {
         let Gpu {
             ctx, stream, index, ..
@@ -176,4 +188,21 @@ impl Loaded {
             None => Err(GpuError::NotCompiled(path)),
         }
     }
+}
+
+/// The driver errors a kernel trap or fault leaves behind (sticky for the process).
+pub(crate) fn is_fault(e: &DriverError) -> bool {
+    use sys::cudaError_enum as E;
+    matches!(
+        e.0,
+        E::CUDA_ERROR_LAUNCH_FAILED
+            | E::CUDA_ERROR_ILLEGAL_ADDRESS
+            | E::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | E::CUDA_ERROR_MISALIGNED_ADDRESS
+            | E::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | E::CUDA_ERROR_INVALID_PC
+            | E::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | E::CUDA_ERROR_ASSERT
+            | E::CUDA_ERROR_LAUNCH_TIMEOUT
+    )
 }

@@ -35,9 +35,11 @@ pub enum GpuError {
     /// The path cannot take this case (reported as a skip, not a failure).
     #[error("{path} does not support this case: {reason}")]
     Unsupported { path: PathId, reason: String },
-    /// A kernel trapped (bounds check) or faulted. The CUDA context is dead afterwards: drop every
-    /// `Loaded` and `DeviceProblem` of this `Gpu`, then call `Gpu::reopen`.
-    #[error("kernel {kernel} trapped or faulted ({detail}); the CUDA context is unusable until Gpu::reopen")]
+    /// A kernel trapped (bounds check) or faulted. The error is sticky: the CUDA driver refuses
+    /// every later call of this process (checked on the H200: a fresh primary context, even after
+    /// a reset, fails with the same error). Run work that may trap in a child process, e.g.
+    /// `relattn exec --bounds-check` per case, and keep going in a new process.
+    #[error("kernel {kernel} trapped or faulted ({detail}); CUDA is unusable in this process from now on: continue in a new process")]
     Trap { kernel: String, detail: String },
     /// `Loaded` was built without the program a path needs.
     #[error("no compiled program for path {0}: include it in the compile plan")]
@@ -45,6 +47,10 @@ pub enum GpuError {
     /// `Gpu::reopen` was called while buffers or modules of the old context were still alive.
     #[error("cannot reopen GPU {0}: drop every Loaded and DeviceProblem made on it first")]
     ContextInUse(usize),
+    /// The device cannot be opened again in this process: an earlier kernel trap or fault left a
+    /// sticky error. Only a new process can use CUDA again.
+    #[error("GPU {index} cannot be reopened in this process after a kernel trap or fault ({detail}): continue in a new process")]
+    ContextLost { index: usize, detail: String },
 }
 
 /// Attach what was being done to a driver error.

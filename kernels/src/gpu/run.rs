@@ -2,7 +2,7 @@
 
 #![deny(unsafe_code)]
 
-use super::device::{Gpu, Loaded};
+use super::device::{is_fault, Gpu, Loaded};
 use super::error::{driver, GpuError};
 use super::ffi;
 use super::launch_plan::{plan_launches, LaunchPlan, Splits, CTA_THREADS, HEAD_DIM};
@@ -28,23 +28,6 @@ pub struct GpuRun {
     pub num_splits: usize,
     /// Kernels launched, in order.
     pub kernels: Vec<String>,
-}
-
-/// The errors that leave the context dead (a trap or a fault inside a kernel).
-fn is_fault(e: &DriverError) -> bool {
-    use sys::cudaError_enum as E;
-    matches!(
-        e.0,
-        E::CUDA_ERROR_LAUNCH_FAILED
-            | E::CUDA_ERROR_ILLEGAL_ADDRESS
-            | E::CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | E::CUDA_ERROR_MISALIGNED_ADDRESS
-            | E::CUDA_ERROR_INVALID_ADDRESS_SPACE
-            | E::CUDA_ERROR_INVALID_PC
-            | E::CUDA_ERROR_HARDWARE_STACK_ERROR
-            | E::CUDA_ERROR_ASSERT
-            | E::CUDA_ERROR_LAUNCH_TIMEOUT
-    )
 }
 
 fn after_launch(kernel: &str) -> impl FnOnce(DriverError) -> GpuError + '_ {
