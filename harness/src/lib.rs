@@ -1,5 +1,6 @@
 //! relattn-harness: the `relattn` command's library part, shared with the `trials` test target.
 
+pub mod bench;
 pub mod cmd;
 pub mod execute;
 pub mod exit;

@@ -134,6 +134,10 @@ pub const REGRESSION_CLASSES: &[(&str, &str)] = &[
     ),
     ("bf16_accumulation", "accumulating in bf16 instead of fp32"),
     ("padding_row_writes", "writes to padding rows"),
+    (
+        "large_launch_unwritten_rows",
+        "rows left unwritten by long launches at production head counts",
+    ),
 ];
 
 fn tier_text(name: &str) -> Option<&'static str> {

@@ -125,6 +125,16 @@ pub static MIXES: &[Mix] = &[
         about: "a 2048-token chunk over 1048576 keys, sampled rows",
         build: long_chunk_1m,
     },
+    Mix {
+        name: "prefill_8k",
+        about: "one 8192-token prefill (the benchmark's prefill8k), sampled rows",
+        build: prefill_8k,
+    },
+    Mix {
+        name: "mixed_32k",
+        about: "8 decodes at 32768 keys and a 2048-token chunk over a 30720-token prefix, sampled rows",
+        build: mixed_32k,
+    },
 ];
 
 /// The mix called `name`.
@@ -261,4 +271,14 @@ fn long_decode_1m(_: Layer) -> MixShape {
 
 fn long_chunk_1m(_: Layer) -> MixShape {
     sampled(&[(2048, 1 << 20)], 32)
+}
+
+fn prefill_8k(_: Layer) -> MixShape {
+    sampled(&[(8192, 8192)], 64)
+}
+
+fn mixed_32k(_: Layer) -> MixShape {
+    let mut requests = vec![(1, 32768); 8];
+    requests.push((2048, 32768));
+    sampled(&requests, 64)
 }

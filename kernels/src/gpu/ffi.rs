@@ -142,3 +142,52 @@ pub(crate) fn launch(
     // checks under RELATTN_BOUNDS_CHECK).
     unsafe { builder.launch(cfg) }.map(|_| ())
 }
+
+/// Whether libcublas can be loaded. Must be true before anything touches cudarc's cuBLAS API,
+/// which panics when the library is missing.
+pub(crate) fn cublas_library_present() -> bool {
+    // SAFETY: only tries to dlopen the library by name and drops the handle; no symbol is called.
+    unsafe { cudarc::cublas::sys::is_culib_present() }
+}
+
+/// `C = A B` through cuBLAS (`cublasGemmEx`, bf16 operands and result, fp32 accumulation), all
+/// three column-major and unpadded: A is `m x k`, B `k x n`, C `m x n`. Enqueued on the handle's
+/// stream. Refuses (CUBLAS_STATUS_INVALID_VALUE) any size the buffers do not hold.
+pub(crate) fn gemm_bf16(
+    blas: &cudarc::cublas::CudaBlas,
+    (m, n, k): (usize, usize, usize),
+    a: &CudaSlice<half::bf16>,
+    b: &CudaSlice<half::bf16>,
+    c: &mut CudaSlice<half::bf16>,
+) -> Result<(), cudarc::cublas::result::CublasError> {
+    use cudarc::cublas::sys::{cublasOperation_t, cublasStatus_t};
+    use cudarc::cublas::{result::CublasError, Gemm, GemmConfig};
+    let invalid = CublasError(cublasStatus_t::CUBLAS_STATUS_INVALID_VALUE);
+    let holds = |len: usize, rows: usize, cols: usize| {
+        rows.checked_mul(cols).is_some_and(|need| need <= len)
+    };
+    let dim = |x: usize| i32::try_from(x).ok().filter(|&v| v > 0);
+    let (Some(mi), Some(ni), Some(ki)) = (dim(m), dim(n), dim(k)) else {
+        return Err(invalid);
+    };
+    if !(holds(a.len(), m, k) && holds(b.len(), k, n) && holds(c.len(), m, n)) {
+        return Err(invalid);
+    }
+    let cfg = GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: mi,
+        n: ni,
+        k: ki,
+        alpha: half::bf16::ONE,
+        lda: mi,
+        ldb: ki,
+        beta: half::bf16::ZERO,
+        ldc: mi,
+    };
+    // SAFETY: with no transposition and leading dimensions equal to the row counts, cuBLAS reads
+    // exactly m*k elements of A and k*n of B and writes m*n of C; each buffer was checked above to
+    // hold at least that many. The buffers are live `CudaSlice`s of the handle's context, used
+    // only in the order of its stream, so they outlive the enqueued product.
+    unsafe { blas.gemm(cfg, a, b, c) }
+}

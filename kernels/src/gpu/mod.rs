@@ -17,6 +17,7 @@ mod geometry;
 mod launch_plan;
 mod mutant;
 mod params;
+mod peaks;
 mod plan;
 mod run;
 mod source;
@@ -35,6 +36,10 @@ pub use launch_plan::{
 };
 pub use mutant::Mutant;
 pub use params::{c_struct_fields, Params, FIELDS as PARAM_FIELDS, PARAMS_BYTES};
+pub use peaks::{
+    measure_copy, measure_gemm, measure_peaks, CopyPeak, GemmPeak, PeakError, PeakOptions, Peaks,
+    Timing,
+};
 pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
 pub use run::{run_path, GpuRun};
 pub use source::{entries, entry_name, files, program_name, program_source, Stage, DTYPES};

@@ -1,0 +1,310 @@
+//! What `relattn bench` reports: one row per (shape, path) with its timing and derived rates as
+//! percentages of the measured peaks, the fastest path per shape, a text table and JSON.
+
+use super::shapes::Figures;
+use relattn_kernels::gpu::{Peaks, Timing};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// How a (shape, path) row ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowStatus {
+    /// Timed; every output element was written.
+    Ok,
+    /// The path cannot take the shape (the message says why); not an error.
+    Unsupported,
+    /// Not run: the --budget-s time was spent; not an error.
+    Skipped,
+    /// Generation, upload, launch failed, or the outputs were not all written.
+    Error,
+}
+
+/// One (shape, path).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRow {
+    pub shape: String,
+    pub path: String,
+    pub status: RowStatus,
+    /// Why a row is unsupported or failed; empty when ok.
+    pub message: String,
+    /// KV splits the path's policy used.
+    pub num_splits: Option<usize>,
+    /// Kernels of one launch of the path, in order.
+    pub kernels: Vec<String>,
+    /// Uploaded copies of the inputs the timed launches rotate through.
+    pub input_sets: usize,
+    pub figures: Figures,
+    pub timing: Option<Timing>,
+    /// At the median time.
+    pub tflops: Option<f64>,
+    pub tflops_pct_peak: Option<f64>,
+    /// K/V bytes over the median time.
+    pub gbps: Option<f64>,
+    pub gbps_pct_peak: Option<f64>,
+    /// The shortest time the work allows: max(FLOP / GEMM peak, fewest bytes / copy peak).
+    pub floor_ms: Option<f64>,
+    /// Which term of the floor is larger: "compute" or "memory".
+    pub bound: Option<String>,
+}
+
+impl BenchRow {
+    /// A row that did not produce a timing.
+    pub fn not_timed(
+        shape: &str,
+        path: &str,
+        status: RowStatus,
+        message: impl Into<String>,
+        figures: Figures,
+    ) -> BenchRow {
+        BenchRow {
+            shape: shape.to_string(),
+            path: path.to_string(),
+            status,
+            message: message.into(),
+            num_splits: None,
+            kernels: Vec::new(),
+            input_sets: 0,
+            figures,
+            timing: None,
+            tflops: None,
+            tflops_pct_peak: None,
+            gbps: None,
+            gbps_pct_peak: None,
+            floor_ms: None,
+            bound: None,
+        }
+    }
+
+    /// A timed row; rates from the median, percentages and floor from `peaks` when known.
+    pub fn timed(
+        shape: &str,
+        path: &str,
+        figures: Figures,
+        timing: Timing,
+        peaks: Option<&Peaks>,
+    ) -> BenchRow {
+        let secs = timing.median_ms * 1e-3;
+        let rate = |x: f64| (secs > 0.0).then(|| x / secs);
+        let tflops = rate(figures.flops / 1e12);
+        let gbps = rate(figures.kv_bytes / 1e9);
+        let pct = |x: Option<f64>, peak: f64| x.filter(|_| peak > 0.0).map(|x| 100.0 * x / peak);
+        let (mut tflops_pct_peak, mut gbps_pct_peak, mut floor_ms, mut bound) =
+            (None, None, None, None);
+        if let Some(p) = peaks {
+            tflops_pct_peak = pct(tflops, p.gemm.tflops);
+            gbps_pct_peak = pct(gbps, p.copy.gbps);
+            if p.gemm.tflops > 0.0 && p.copy.gbps > 0.0 {
+                let compute = figures.flops / (p.gemm.tflops * 1e12) * 1e3;
+                let memory = figures.min_bytes / (p.copy.gbps * 1e9) * 1e3;
+                floor_ms = Some(compute.max(memory));
+                bound = Some(
+                    if compute >= memory {
+                        "compute"
+                    } else {
+                        "memory"
+                    }
+                    .to_string(),
+                );
+            }
+        }
+        BenchRow {
+            timing: Some(timing),
+            tflops,
+            tflops_pct_peak,
+            gbps,
+            gbps_pct_peak,
+            floor_ms,
+            bound,
+            ..BenchRow::not_timed(shape, path, RowStatus::Ok, "", figures)
+        }
+    }
+
+    pub fn median_ms(&self) -> Option<f64> {
+        self.timing.as_ref().map(|t| t.median_ms)
+    }
+}
+
+/// The device a report was measured on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSummary {
+    pub index: usize,
+    pub name: String,
+    /// e.g. "9.0".
+    pub capability: String,
+    /// e.g. "sm_90".
+    pub arch: String,
+    pub driver: String,
+    pub cuda_version: Option<String>,
+    pub nvrtc_version: Option<String>,
+    pub memory_total_bytes: u64,
+}
+
+/// Everything one `relattn bench` measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// The command line that produced the report.
+    pub command: String,
+    pub device: DeviceSummary,
+    pub peaks: Option<Peaks>,
+    /// Timed launches per row, after `warmup` untimed ones.
+    pub reps: usize,
+    pub warmup: usize,
+    pub seed: u64,
+    pub rows: Vec<BenchRow>,
+}
+
+impl BenchReport {
+    /// Per shape (in the order of first appearance), the ok row with the smallest median.
+    pub fn fastest(&self) -> Vec<&BenchRow> {
+        let mut best: Vec<&BenchRow> = Vec::new();
+        for row in self.rows.iter().filter(|r| r.status == RowStatus::Ok) {
+            let Some(ms) = row.median_ms() else { continue };
+            match best.iter_mut().find(|b| b.shape == row.shape) {
+                Some(b) if b.median_ms().is_some_and(|m| ms < m) => *b = row,
+                Some(_) => {}
+                None => best.push(row),
+            }
+        }
+        best
+    }
+
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(self).map(|s| s + "\n")
+    }
+}
+
+fn opt(x: Option<f64>, width: usize, decimals: usize) -> String {
+    match x {
+        Some(v) => format!("{v:>width$.decimals$}"),
+        None => format!("{:>width$}", "-"),
+    }
+}
+
+/// The header lines: device and peaks.
+pub fn format_header(r: &BenchReport) -> String {
+    let mut s = String::new();
+    let d = &r.device;
+    let _ = writeln!(
+        s,
+        "relattn bench on GPU {} {} (capability {}, {}), driver {}; {} timed launches after {} warm-up per row, seed {}",
+        d.index, d.name, d.capability, d.arch, d.driver, r.reps, r.warmup, r.seed
+    );
+    match &r.peaks {
+        Some(p) => {
+            let _ = writeln!(
+                s,
+                "peaks: copy {:.0} GB/s ({} MiB device to device, read + written, median {:.3} ms); \
+                 cuBLAS bf16 {}x{}x{} {:.1} TFLOP/s (median {:.3} ms); L2 {} MiB",
+                p.copy.gbps,
+                p.copy.bytes >> 20,
+                p.copy.time.median_ms,
+                p.gemm.m,
+                p.gemm.n,
+                p.gemm.k,
+                p.gemm.tflops,
+                p.gemm.time.median_ms,
+                p.l2_bytes >> 20
+            );
+        }
+        None => {
+            let _ = writeln!(s, "peaks: not measured (no percentages)");
+        }
+    }
+    s
+}
+
+/// The column header of the table.
+pub fn format_columns() -> String {
+    format!(
+        "{:<16} {:<13} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>6} {:>8} {:>6} {:>9}",
+        "shape",
+        "path",
+        "splits",
+        "sets",
+        "median ms",
+        "min ms",
+        "max ms",
+        "TFLOP/s",
+        "%peak",
+        "GB/s",
+        "%peak",
+        "floor ms"
+    )
+}
+
+/// One table line.
+pub fn format_row(row: &BenchRow) -> String {
+    let head = format!("{:<16} {:<13}", row.shape, row.path);
+    match (&row.timing, row.status) {
+        (Some(t), status) => {
+            let mut line = format!(
+                "{head} {:>6} {:>4} {:>10.3} {:>10.3} {:>10.3} {} {} {} {} {}",
+                row.num_splits.map_or("-".to_string(), |n| n.to_string()),
+                row.input_sets,
+                t.median_ms,
+                t.min_ms,
+                t.max_ms,
+                opt(row.tflops, 8, 1),
+                opt(row.tflops_pct_peak, 6, 1),
+                opt(row.gbps, 8, 0),
+                opt(row.gbps_pct_peak, 6, 1),
+                opt(row.floor_ms, 9, 3),
+            );
+            if status != RowStatus::Ok {
+                let _ = write!(line, "  INVALID: {}", row.message);
+            } else if !row.message.is_empty() {
+                let _ = write!(line, "  note: {}", row.message);
+            }
+            line
+        }
+        (None, RowStatus::Unsupported) => format!("{head} unsupported: {}", row.message),
+        (None, RowStatus::Skipped) => format!("{head} skipped: {}", row.message),
+        (None, _) => format!("{head} ERROR: {}", row.message),
+    }
+}
+
+/// The fastest path per shape, with where it stands against the floor.
+pub fn format_fastest(r: &BenchReport) -> String {
+    let mut s = String::from("fastest path per shape:\n");
+    for row in r.fastest() {
+        let ms = row.median_ms().unwrap_or(f64::NAN);
+        let _ = write!(
+            s,
+            "  {:<16} {:<13} {:>9.3} ms  {} TFLOP/s ({}% of peak)  {} GB/s ({}% of peak)",
+            row.shape,
+            row.path,
+            ms,
+            opt(row.tflops, 1, 1),
+            opt(row.tflops_pct_peak, 1, 1),
+            opt(row.gbps, 1, 0),
+            opt(row.gbps_pct_peak, 1, 1),
+        );
+        if let (Some(floor), Some(bound)) = (row.floor_ms, &row.bound) {
+            let _ = write!(
+                s,
+                "  floor {floor:.3} ms ({bound}-bound), {:.1}x the floor",
+                ms / floor
+            );
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Header, table and fastest paths.
+pub fn format_report(r: &BenchReport) -> String {
+    let mut s = format_header(r);
+    s.push_str(&format_columns());
+    s.push('\n');
+    for row in &r.rows {
+        s.push_str(&format_row(row));
+        s.push('\n');
+    }
+    s.push_str(&format_fastest(r));
+    s
+}
+
+#[cfg(test)]
+#[path = "report_tests.rs"]
+mod tests;
