@@ -35,6 +35,7 @@ impl ExecutorFactory for RealFactory {
         &self,
         devices: &[DeviceInfo],
         bounds: BoundsCheck,
+        paths: &[PathId],
     ) -> Result<Box<dyn GpuExecutor>, String> {
         let Some(first) = devices.first() else {
             return Err("no device".into());
@@ -53,7 +54,7 @@ impl ExecutorFactory for RealFactory {
                 bounds_check: checked,
                 mutant: self.mutant,
             };
-            let plan = CompilePlan::all_paths(&arch, variant).map_err(|e| e.to_string())?;
+            let plan = CompilePlan::new(&arch, variant, paths).map_err(|e| e.to_string())?;
             compiled.insert(checked, compile(&plan).map_err(|e| format!("{e}"))?);
         }
         let checks = if self.compile_checks {

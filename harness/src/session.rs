@@ -9,6 +9,7 @@ use crate::plan::{
 };
 use anyhow::Context;
 use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};
+use relattn_kernels::routing::PathId;
 use relattn_matrices::{Case, Shard};
 use std::sync::Arc;
 
@@ -50,6 +51,7 @@ pub trait ExecutorFactory {
         &self,
         devices: &[DeviceInfo],
         bounds: BoundsCheck,
+        paths: &[PathId],
     ) -> Result<Box<dyn GpuExecutor>, String>;
 }
 
@@ -104,8 +106,13 @@ impl Session {
         trials.extend(reference_trials(&self_cases));
         let mut status = status;
         let mut executor = None;
-        if let GpuStatus::Ready { devices, .. } = &status {
-            match factory.create(devices, bounds) {
+        if let GpuStatus::Ready { devices, routed } = &status {
+            let paths: Vec<PathId> = match &opts.paths {
+                PathSelection::Routed => vec![*routed],
+                PathSelection::All => PathId::ALL.to_vec(),
+                PathSelection::List(v) => v.clone(),
+            };
+            match factory.create(devices, bounds, &paths) {
                 Ok(e) => executor = Some(e),
                 Err(e) => status = GpuStatus::Absent(format!("GPU setup failed: {e}")),
             }

@@ -139,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Run every (defect, path) pair in its own child process and collect the verdicts.
 fn run_children(args: &Args, selected: &[Mutant]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().map_err(|e| exit::usage(format!("locating relattn: {e}")))?;
+    precompile(args, selected);
     println!(
         "{:<22} {:<13} {:<9} {:>7}  first failing trial",
         "defect", "path", "result", "trials"
@@ -180,4 +181,32 @@ fn run_children(args: &Args, selected: &[Mutant]) -> anyhow::Result<()> {
             survived.join(", ")
         )))
     }
+}
+
+/// Compile every defect's programs at once, in parallel, into the disk cache, so the child
+/// processes (one per defect and path) only load them. Failures are left for the children to
+/// report.
+fn precompile(args: &Args, selected: &[Mutant]) {
+    use rayon::prelude::*;
+    use relattn_kernels::gpu::{compile, CompilePlan, Variant};
+    let selection = DeviceSelection::List(vec![args.device]);
+    let GpuStatus::Ready { devices, .. } =
+        crate::gpu_status::detect(&NvmlSource::new(), Gpu::available(), &selection)
+    else {
+        return;
+    };
+    let arch = devices[0].cc.sm_name();
+    let plans: Vec<CompilePlan> = selected
+        .iter()
+        .filter_map(|&m| {
+            let variant = Variant {
+                bounds_check: m.needs_bounds_check(),
+                mutant: Some(m),
+            };
+            CompilePlan::new(&arch, variant, m.paths()).ok()
+        })
+        .collect();
+    plans.par_iter().for_each(|plan| {
+        let _ = compile(plan);
+    });
 }

@@ -270,7 +270,12 @@ mod tests {
     }
 
     impl ExecutorFactory for CountingFactory {
-        fn create(&self, _: &[DeviceInfo], _: BoundsCheck) -> Result<Box<dyn GpuExecutor>, String> {
+        fn create(
+            &self,
+            _: &[DeviceInfo],
+            _: BoundsCheck,
+            _: &[relattn_kernels::routing::PathId],
+        ) -> Result<Box<dyn GpuExecutor>, String> {
             self.attempts.fetch_add(1, Ordering::SeqCst);
             Err("counting double: no device work here".into())
         }
