@@ -132,7 +132,8 @@ pub static MIXES: &[Mix] = &[
     },
     Mix {
         name: "mixed_32k",
-        about: "8 decodes at 32768 keys and a 2048-token chunk over a 30720-token prefix, sampled rows",
+        about:
+            "8 decodes at 32768 keys and a 2048-token chunk over a 30720-token prefix, sampled rows",
         build: mixed_32k,
     },
 ];
