@@ -5,62 +5,49 @@
 // Bias per score: rel_logits[t, h, d] when 0 <= d < E, else 0, computed by a branch (no clamp);
 // causal and window masks are explicit.
 
-// Final score of row (t, h) at distance d, given the raw dot product.
+// A virtual row: query row i0 + vr / G with the query head of group member vr % G.
 template <class T>
-__device__ __forceinline__ float fallback_score(const Params& p, bool valid, bool rel_ok, i64 rel_row, i64 d, float dot) {
-    const bool in_window = p.window_left < 0 || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
-    const bool visible = valid && d >= 0 && in_window;
-    float bias = 0.f;
-    if (rel_ok && d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E))
-        bias = ld_rel<T>(p, rel_row + imin(MUTANT(1) ? imax(d - 1, 0) : d, p.E - 1));
-    return visible ? dot * p.scale + bias : neg_inf();
-}
+struct FallbackRow : RowBase {
+    i64 rel_row;
+    __device__ __forceinline__ FallbackRow(const Params& p, const Cta& c, int vr) {
+        const i64 g = vr % (int)p.G;
+        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);
+        rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
+        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
+    }
+    // Bias of key j: rel_logits[t, h, d] when 0 <= d < E, else 0, by a branch (no clamp); -inf
+    // where the causal or window mask hides the key.
+    __device__ __forceinline__ float bias(const Params& p, int j) const {
+        const i64 d = (i64)pos - j;
+        const bool in_window = p.window_left < 0 || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
+        const bool visible = valid && d >= 0 && in_window;
+        float b = 0.f;
+        if (rel_ok && d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E))
+            b = ld_rel<T>(p, rel_row + imin(MUTANT(1) ? imax(d - 1, 0) : d, p.E - 1));
+        return visible ? b : neg_inf();
+    }
+    __device__ __forceinline__ void bias2(const Params& p, int j, float& b0, float& b1) const {
+        b0 = bias(p, j);
+        b1 = bias(p, j + 1);
+    }
+};
 
-// The query head of group member g of KV head kvh.
-__device__ __forceinline__ i64 group_head(const Params& p, i64 kvh, i64 g) {
-    return MUTANT(4) ? g * p.Hkv + kvh : kvh * p.G + g;
-}
-
-// Grid: (ceil(max_q_len / rows_q), Hkv, B) with rows_q = ROWS / G; virtual row vr is query row
-// vr / G of the block and head kvh * G + vr % G.
+// Grid: (ceil(max_q_len / (MMA_ROWS / G)), Hkv, B).
 template <class T>
 __device__ void fallback_main(const Params& p) {
-    __shared__ float sk[KCHUNK][HEAD_DIM];
-    __shared__ float sv[KCHUNK][HEAD_DIM];
-    const i64 b = blockIdx.z, kvh = blockIdx.y;
-    const i64 rows_q = ROWS / p.G;
-    const Req r = load_req(p, b);
-    const i64 i0 = (i64)blockIdx.x * rows_q;
-    if (i0 >= r.q_len) return;
-    const Slot sl = thread_slot();
-    const bool in_block = sl.vr < rows_q * p.G;
-    const i64 i = i0 + sl.vr / p.G;
-    const i64 h = group_head(p, kvh, sl.vr % p.G);
-    const bool valid = in_block && i < r.q_len;
-    const bool rel_ok = in_block && (MUTANT(7) ? i <= r.q_len : i < r.q_len);
-    const i64 t = r.q_start + i;
-    const i64 pos = r.prefix() + i;
-    const i64 rel_row = ((MUTANT(3) ? i : t) * p.H + h) * p.E;
-
-    const i64 i_last = imin(i0 + rows_q, r.q_len) - 1;
-    const i64 lo = first_visible(p, r.prefix() + i0);
-    const i64 hi = r.prefix() + i_last + 1;
-
-    float q[DIMS_PER_LANE];
-    load_q_row<T>(p, valid, t, h, sl.lane, q);
-    Softmax sm;
-    sm.init();
-    for (i64 j0 = lo; j0 < hi; j0 += KCHUNK) {
-        __syncthreads();
-        load_kv_chunk<T>(p, b, kvh, j0, lo, hi, sk, sv);
-        __syncthreads();
-        float s[KCHUNK];
-        chunk_dots(q, sk, sl.lane, s);
-#pragma unroll
-        for (int jj = 0; jj < KCHUNK; ++jj) s[jj] = fallback_score<T>(p, valid, rel_ok, rel_row, pos - (j0 + jj), s[jj]);
-        sm.update(s, sv, sl.lane);
-    }
-    if (valid) sm.store_out<T>(p, t, h, sl.lane);
+    Cta c;
+    c.b = blockIdx.z;
+    c.kvh = blockIdx.y;
+    c.split = 0;
+    c.r = load_req(p, c.b);
+    c.rows_q = cta_query_rows(p);
+    c.i0 = query_block(c.rows_q);
+    if (c.i0 >= c.r.q_len) return;
+    const i64 i_last = imin(c.i0 + c.rows_q, c.r.q_len) - 1;
+    c.lo = first_visible(p, c.r.prefix() + c.i0);
+    c.hi = c.r.prefix() + i_last + 1;
+    c.partial = false;
+    run_cta<T, FallbackRow<T>>(p, c);
 }
 
 // Keys of decode split s of a request (SPEC 4.3): [kv_offset + s * split_len, ...), clipped to the
@@ -75,42 +62,21 @@ __device__ __forceinline__ bool decode_split(const Params& p, i64 kv_len, i64 s,
 }
 
 // Stage 1. Grid: (num_splits, Hkv, B). Every request has q_len <= 1 (decode-only batch); a CTA
-// covers the request's query x the G heads of one KV head over its split's keys.
+// covers the request's query x the G heads of one KV head over its split's keys (bf16/fp16:
+// the streaming single-query CTA of common.cuh).
 template <class T>
 __device__ void fallback_decode(const Params& p) {
-    __shared__ float sk[KCHUNK][HEAD_DIM];
-    __shared__ float sv[KCHUNK][HEAD_DIM];
-    const i64 b = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
-    const Req r = load_req(p, b);
-    if (r.q_len != 1) return;
-    i64 lo, hi;
-    if (!decode_split(p, r.kv_len, split, lo, hi)) return;  // empty: nothing written
-    const Slot sl = thread_slot();
-    const bool valid = sl.vr < p.G;
-    const i64 h = group_head(p, kvh, sl.vr);
-    const i64 t = r.q_start;
-    const i64 pos = r.kv_len - 1;
-    const i64 rel_row = ((MUTANT(3) ? 0 : t) * p.H + h) * p.E;
-
-    float q[DIMS_PER_LANE];
-    load_q_row<T>(p, valid, t, h, sl.lane, q);
-    Softmax sm;
-    sm.init();
-    for (i64 j0 = lo; j0 < hi; j0 += KCHUNK) {
-        __syncthreads();
-        load_kv_chunk<T>(p, b, kvh, j0, lo, hi, sk, sv);
-        __syncthreads();
-        float s[KCHUNK];
-        chunk_dots(q, sk, sl.lane, s);
-#pragma unroll
-        for (int jj = 0; jj < KCHUNK; ++jj) {
-            const bool in_range = j0 + jj < hi;
-            const float x = fallback_score<T>(p, valid, valid, rel_row, pos - (j0 + jj), s[jj]);
-            s[jj] = in_range ? x : neg_inf();
-        }
-        sm.update(s, sv, sl.lane);
-    }
-    if (valid) sm.store_partial(p, split, t, h, sl.lane);
+    Cta c;
+    c.b = blockIdx.z;
+    c.kvh = blockIdx.y;
+    c.split = blockIdx.x;
+    c.r = load_req(p, c.b);
+    if (c.r.q_len != 1) return;
+    if (!decode_split(p, c.r.kv_len, c.split, c.lo, c.hi)) return;  // empty: nothing written
+    c.rows_q = cta_query_rows(p);
+    c.i0 = 0;
+    c.partial = true;
+    run_cta<T, FallbackRow<T>>(p, c);
 }
 
 // Stage 2. Grid: (real_rows, H); merges only the splits stage 1 wrote.

@@ -23,90 +23,112 @@ __device__ __forceinline__ i64 shear_tiles_per_split(const Params& p, i64 kv_len
     return cdiv(cdiv(kv_len, SHEAR_TILE), p.num_splits);
 }
 
-// Grid: (ceil(max_q_len / ROWS), H, B).
+// Grid: (ceil(max_q_len / ROWS), H, B): ROWS query rows of one head; the threads walk a row's
+// slots (consecutive slots read consecutive rel_logits and write consecutive buffer slots).
 template <class T>
 __device__ void sheared_bias_prologue(const Params& p) {
     const i64 b = blockIdx.z, h = blockIdx.y;
     const Req r = load_req(p, b);
     const i64 i0 = (i64)blockIdx.x * ROWS;
     if (i0 >= r.q_len) return;
-    const i64 width = p.shear_width;
+    const int width = (int)p.shear_width;
     const bool local = p.window_left >= 0;
-    for (i64 idx = threadIdx.x; idx < ROWS * width; idx += THREADS) {
-        const i64 i = i0 + idx / width, k = idx % width;
+    for (int rr = 0; rr < ROWS; ++rr) {
+        const i64 i = i0 + rr;
         const bool valid = i < r.q_len;
         const bool rel_ok = MUTANT(7) ? i <= r.q_len : valid;
+        if (!valid && !rel_ok) break;  // uniform; later rows are past the request too
         const i64 t = r.q_start + i;
         const i64 pos = r.prefix() + i;
-        const i64 d = pos - (shear_base(p, pos) + k);
-        const bool in_window = !local || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
-        const bool in_extent = d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E);
+        const i64 base = shear_base(p, pos);
         const i64 rel_row = ((MUTANT(3) ? i : t) * p.H + h) * p.E;
-        const i64 di = imin(MUTANT(1) ? imax(d - 1, 0) : d, p.E - 1);
-        const float rel = (rel_ok && in_extent) ? ld_rel<T>(p, rel_row + di) : 0.f;
-        const float v = (d < 0 || !in_window) ? neg_inf() : (in_extent ? rel : 0.f);
-        if (valid) st_shear<T>(p, (t * p.H + h) * width + k, v);
+        for (int k = threadIdx.x; k < width; k += THREADS) {
+            const i64 d = pos - (base + k);
+            const bool in_window = !local || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
+            const bool in_extent = d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E);
+            const i64 di = imin(MUTANT(1) ? imax(d - 1, 0) : d, p.E - 1);
+            const float rel = (rel_ok && in_extent) ? ld_rel<T>(p, rel_row + di) : 0.f;
+            const float v = (d < 0 || !in_window) ? neg_inf() : (in_extent ? rel : 0.f);
+            if (valid) st_shear<T>(p, (t * p.H + h) * width + k, v);
+        }
     }
 }
 
-// Grid: (ceil(max_q_len / ROWS), H * num_splits, B); blockIdx.y = split * H + head.
+// Two adjacent slots (i even) of the sheared buffer.
 template <class T>
-__device__ void sheared_bias_main(const Params& p) {
-    __shared__ float sk[KCHUNK][HEAD_DIM];
-    __shared__ float sv[KCHUNK][HEAD_DIM];
-    const i64 b = blockIdx.z, h = blockIdx.y % p.H, split = blockIdx.y / p.H;
-    const Req r = load_req(p, b);
-    const i64 i0 = (i64)blockIdx.x * ROWS;
-    if (i0 >= r.q_len) return;
-    const i64 tiles = cdiv(r.kv_len, SHEAR_TILE);
-    const i64 tps = shear_tiles_per_split(p, r.kv_len);
-    if (split * tps >= tiles) return;  // empty split: nothing written, the combine skips it
-    const Slot sl = thread_slot();
-    const i64 i = i0 + sl.vr;
-    const bool valid = i < r.q_len;
-    const i64 t = r.q_start + i;
-    const i64 pos = r.prefix() + i;
-    const i64 kvh = MUTANT(4) ? h % p.Hkv : h / p.G;
-    const bool local = p.window_left >= 0;
-    const i64 base = shear_base(p, pos);
-    const i64 shear_row = (t * p.H + h) * p.shear_width;
+__device__ __forceinline__ void ld_shear2(const Params& p, i64 i, float& x0, float& x1) {
+    if constexpr (IsF32<T>::value) {
+        x0 = ld_shear<T>(p, i);
+        x1 = ld_shear<T>(p, i + 1);
+    } else {
+        check_index(i, p.shear_size);
+        check_index(i + 1, p.shear_size);
+        const unsigned w = *(const unsigned*)((const unsigned short*)p.shear + i);
+        T lo, hi;
+        lo.bits = (unsigned short)(w & 0xffffu);
+        hi.bits = (unsigned short)(w >> 16);
+        x0 = to_f32(lo);
+        x1 = to_f32(hi);
+    }
+}
 
-    // Keys of this split that any row of the CTA may see: [lo, hi).
-    const i64 i_last = imin(i0 + ROWS, r.q_len) - 1;
-    const i64 lo = imax(first_visible(p, r.prefix() + i0), split * tps * SHEAR_TILE);
-    const i64 hi = imin(r.prefix() + i_last + 1, (split + 1) * tps * SHEAR_TILE);
-
-    float q[DIMS_PER_LANE];
-    load_q_row<T>(p, valid, t, h, sl.lane, q);
-    Softmax sm;
-    sm.init();
-    for (i64 kt = lo / SHEAR_TILE * SHEAR_TILE; kt < hi; kt += SHEAR_TILE) {
-        // 0: right of the diagonal (masked), 1: below the sheared range, 2: one slice.
-        const int mode = (!valid || kt > pos) ? 0 : (kt < base ? 1 : 2);
+// A virtual row of the main kernel: its sheared row and where its slice starts.
+template <class T>
+struct ShearedRow : RowBase {
+    i64 shear_row;
+    int base;
+    __device__ __forceinline__ ShearedRow(const Params& p, const Cta& c, int vr) {
+        const i64 g = vr % (int)p.G;
+        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);
+        base = (int)shear_base(p, pos);
+        shear_row = (t * p.H + h) * p.shear_width;
+    }
+    // Keys of the 128-key tile kt: right of the row's diagonal (kt > pos) masked without reading
+    // the buffer; entirely below the sheared range (d >= E for every key) 0 on global layers and
+    // masked on local ones; else one contiguous slice of the sheared row, starting at slot
+    // kt - base.
+    __device__ __forceinline__ float bias(const Params& p, int j) const {
+        const int kt = j / SHEAR_TILE * SHEAR_TILE;
+        if (!valid || kt > pos) return neg_inf();
+        if (kt < base) return p.window_left >= 0 ? neg_inf() : 0.f;
         const i64 slice = shear_row + (kt - base);
-        const float below = local ? neg_inf() : 0.f;
-        for (i64 j0 = kt; j0 < kt + SHEAR_TILE; j0 += KCHUNK) {
-            if (j0 + KCHUNK <= lo || j0 >= hi) continue;  // uniform over the CTA
-            __syncthreads();
-            load_kv_chunk<T>(p, b, kvh, j0, lo, hi, sk, sv);
-            __syncthreads();
-            float s[KCHUNK];
-            chunk_dots(q, sk, sl.lane, s);
-#pragma unroll
-            for (int jj = 0; jj < KCHUNK; ++jj) {
-                const i64 j = j0 + jj;
-                const bool in_range = j >= lo && j < hi;
-                float bias = neg_inf();
-                if (mode == 1) bias = below;
-                if (mode == 2) bias = ld_shear<T>(p, slice + (j - kt));
-                s[jj] = in_range ? s[jj] * p.scale + bias : neg_inf();
-            }
-            sm.update(s, sv, sl.lane);
+        return ld_shear<T>(p, slice + (j - kt));
+    }
+    // Keys j and j + 1 (j even: same tile, and an aligned pair of slots).
+    __device__ __forceinline__ void bias2(const Params& p, int j, float& b0, float& b1) const {
+        const int kt = j / SHEAR_TILE * SHEAR_TILE;
+        if (!valid || kt > pos) {
+            b0 = b1 = neg_inf();
+        } else if (kt < base) {
+            b0 = b1 = p.window_left >= 0 ? neg_inf() : 0.f;
+        } else {
+            const i64 slice = shear_row + (kt - base);
+            ld_shear2<T>(p, slice + (j - kt), b0, b1);
         }
     }
-    if (!valid) return;
-    if (p.num_splits == 1) sm.store_out<T>(p, t, h, sl.lane);
-    else sm.store_partial(p, split, t, h, sl.lane);
+};
+
+// Grid: (ceil(max_q_len / (MMA_ROWS / G)), Hkv * num_splits, B); blockIdx.y = split * Hkv + kv
+// head. The G query heads of a KV head share the CTA (and its K/V tiles).
+template <class T>
+__device__ void sheared_bias_main(const Params& p) {
+    Cta c;
+    c.b = blockIdx.z;
+    c.kvh = blockIdx.y % p.Hkv;
+    c.split = blockIdx.y / p.Hkv;
+    c.r = load_req(p, c.b);
+    c.rows_q = cta_query_rows(p);
+    c.i0 = query_block(c.rows_q);
+    if (c.i0 >= c.r.q_len) return;
+    const i64 tiles = cdiv(c.r.kv_len, SHEAR_TILE);
+    const i64 tps = shear_tiles_per_split(p, c.r.kv_len);
+    if (c.split * tps >= tiles) return;  // empty split: nothing written, the combine skips it
+    // Keys of this split that any row of the CTA may see: [lo, hi).
+    const i64 i_last = imin(c.i0 + c.rows_q, c.r.q_len) - 1;
+    c.lo = imax(first_visible(p, c.r.prefix() + c.i0), c.split * tps * SHEAR_TILE);
+    c.hi = imin(c.r.prefix() + i_last + 1, (c.split + 1) * tps * SHEAR_TILE);
+    c.partial = p.num_splits > 1;
+    run_cta<T, ShearedRow<T>>(p, c);
 }
 
 // Grid: (real_rows, H); one thread per output dim.

@@ -2,8 +2,9 @@
 //! split range formulas the kernels share, and the output poison image.
 
 use relattn_kernels::gpu::{
-    decode_split_keys, out_poison, padding_bits, plan_launches, policy_splits, sheared_split_keys,
-    unwritten_bits, Geometry, GpuError, Splits, Stage,
+    decode_split_keys, files, out_poison, padding_bits, plan_launches, policy_splits,
+    sheared_split_keys, unwritten_bits, Geometry, GpuError, Splits, Stage, CTA_ROWS, CTA_THREADS,
+    SHEAR_TILE,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -30,7 +31,8 @@ fn score_mod_refuses_split_kv() {
     let plan = plan_launches(PathId::ScoreMod, &g, Splits::Policy).unwrap();
     assert_eq!(plan.num_splits, 1);
     assert_eq!(stages(&plan), [Stage::Main]);
-    assert_eq!(plan.launches[0].grid, (2, 4, 3));
+    // 64 virtual rows per CTA = 32 query rows x the G = 2 heads of a KV head.
+    assert_eq!(plan.launches[0].grid, (2, 2, 3));
     assert_eq!(
         plan_launches(PathId::ScoreMod, &g, Splits::Forced(1)).unwrap(),
         plan
@@ -89,7 +91,11 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
     for n in [1usize, 2, 3, 7, 16, 128] {
         let plan = plan_launches(PathId::ShearedBias, &g, Splits::Forced(n)).unwrap();
         assert_eq!(plan.num_splits, n);
-        assert_eq!(plan.launches[1].grid.1 as usize, 8 * n, "heads x splits");
+        assert_eq!(
+            plan.launches[0].grid.1 as usize, 8,
+            "prologue: one CTA per head"
+        );
+        assert_eq!(plan.launches[1].grid.1 as usize, n, "kv heads x splits");
         assert_eq!(plan.workspace_splits, if n > 1 { n } else { 0 });
         assert_eq!(stages(&plan).contains(&Stage::Combine), n > 1);
         assert_eq!(plan.shear_width, 256 + 128);
@@ -133,12 +139,12 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
         unsupported(plan_launches(PathId::Fallback, &prefill, Splits::Forced(2)))
             .contains("decode-only")
     );
-    // G query heads share a CTA: rows per CTA = 32 / G.
+    // G query heads share a CTA: rows per CTA = 64 / G.
     let main = plan_launches(PathId::Fallback, &prefill, Splits::Policy).unwrap();
     assert_eq!(
         main.launches[0].grid,
-        (3, 2, 2),
-        "ceil(20 / (32 / 4)) tiles"
+        (2, 2, 2),
+        "ceil(20 / (64 / 4)) tiles"
     );
 }
 
@@ -241,5 +247,37 @@ fn out_poison_marks_real_and_padding_rows() {
         let nan = relattn_kernels::gpu::decode_bits(dt, unwritten_bits(dt));
         assert!(nan.is_nan(), "{dt} poison is a NaN");
         assert_ne!(unwritten_bits(dt), padding_bits(dt));
+    }
+}
+
+/// The value of `#define NAME value` in common.cuh.
+fn c_define(name: &str) -> Option<usize> {
+    let common = files(PathId::ScoreMod)[0].1;
+    common.lines().find_map(|line| {
+        let rest = line.strip_prefix("#define ")?.strip_prefix(name)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}
+
+#[test]
+fn grid_constants_mirror_the_kernels() {
+    assert_eq!(c_define("MMA_ROWS"), Some(CTA_ROWS));
+    assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
+    assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
+    // The prologue grid counts 32-row blocks of one head.
+    assert_eq!(c_define("ROWS"), Some(32));
+    let mut spec = GenSpec::global(8, 2, vec![(33, 40)], 7);
+    spec.rel_extent = 128;
+    let plan = plan_launches(PathId::ShearedBias, &geometry(&spec), Splits::Forced(1)).unwrap();
+    assert_eq!(plan.launches[0].grid, (2, 8, 1), "ceil(33 / 32) blocks x H");
+    assert_eq!(
+        plan.launches[1].grid,
+        (3, 2, 1),
+        "ceil(33 / (64 / 4)) blocks x Hkv"
+    );
+    // Groups larger than a CTA's rows are refused with a typed error.
+    let wide = geometry(&GenSpec::global(128, 1, vec![(1, 40)], 7));
+    for path in PathId::ALL {
+        assert!(unsupported(plan_launches(path, &wide, Splits::Policy)).contains("GQA group"));
     }
 }

@@ -10,8 +10,11 @@ use super::source::Stage;
 use crate::routing::{self, Capability, PathId};
 use std::ops::Range;
 
-/// Query rows (x heads) a CTA computes; mirrors `ROWS` in common.cuh.
-pub const CTA_ROWS: usize = 32;
+/// Virtual rows (query row x query head of one KV head's group) an attention CTA computes;
+/// mirrors `MMA_ROWS` in common.cuh. A CTA holds `CTA_ROWS / G` query rows.
+pub const CTA_ROWS: usize = 64;
+/// Query rows (of one head) a sheared_bias prologue CTA fills; mirrors `ROWS` in common.cuh.
+pub(crate) const PROLOGUE_ROWS: usize = 32;
 /// Threads per CTA; mirrors `THREADS` in common.cuh.
 pub const CTA_THREADS: u32 = 128;
 /// The only head dim the kernels are built for; mirrors `HEAD_DIM`.
@@ -144,6 +147,16 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             i32::MAX as usize,
         )
     };
+    // Every attention kernel puts the G query heads of one KV head in a CTA.
+    let g_size = g.group();
+    if g_size > CTA_ROWS {
+        return Err(unsupported(
+            path,
+            format!("GQA group {g_size} exceeds {CTA_ROWS} heads per KV head"),
+        ));
+    }
+    let kv_heads = dim(path, "num_kv_heads", g.num_kv_heads, 65535)?;
+    let group_tiles = q_tiles(CTA_ROWS / g_size)?;
     let mut launches = Vec::new();
     let (num_splits, workspace_splits, shear_width) = match path {
         PathId::ScoreMod => {
@@ -157,7 +170,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             }
             launches.push(Launch {
                 stage: Stage::Main,
-                grid: (q_tiles(CTA_ROWS)?, heads, batch),
+                grid: (group_tiles, kv_heads, batch),
             });
             (1, 0, 0)
         }
@@ -168,15 +181,19 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                 Splits::Policy => policy_splits(path, g),
                 Splits::Forced(n) => n,
             };
-            let tiles = q_tiles(CTA_ROWS)?;
             launches.push(Launch {
                 stage: Stage::Prologue,
-                grid: (tiles, heads, batch),
+                grid: (q_tiles(PROLOGUE_ROWS)?, heads, batch),
             });
-            let split_heads = dim(path, "num_heads x num_splits", h.saturating_mul(s), 65535)?;
+            let split_heads = dim(
+                path,
+                "num_kv_heads x num_splits",
+                g.num_kv_heads.saturating_mul(s),
+                65535,
+            )?;
             launches.push(Launch {
                 stage: Stage::Main,
-                grid: (tiles, split_heads, batch),
+                grid: (group_tiles, split_heads, batch),
             });
             if s > 1 {
                 launches.push(Launch {
@@ -187,13 +204,6 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             (s, if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
         }
         PathId::Fallback => {
-            let g_size = g.group();
-            if g_size > CTA_ROWS {
-                return Err(unsupported(
-                    path,
-                    format!("GQA group {g_size} exceeds {CTA_ROWS} heads per KV head"),
-                ));
-            }
             // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split).
             let (decode, s) = match splits {
                 Splits::Policy => (uses_policy_decode(g), policy_splits(path, g)),
@@ -205,7 +215,6 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                     format!("split-KV decode needs a decode-only batch (every q_len <= 1), max q_len is {}", g.max_query_len()),
                 ));
             }
-            let kv_heads = dim(path, "num_kv_heads", g.num_kv_heads, 65535)?;
             if decode {
                 let sx = dim(path, "num_splits", s, i32::MAX as usize)?;
                 launches.push(Launch {
@@ -220,7 +229,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             } else {
                 launches.push(Launch {
                     stage: Stage::Main,
-                    grid: (q_tiles(CTA_ROWS / g_size)?, kv_heads, batch),
+                    grid: (group_tiles, kv_heads, batch),
                 });
                 (1, 0, 0)
             }
