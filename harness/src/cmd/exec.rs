@@ -5,7 +5,9 @@
 //! also on machines without a GPU); no usable driver exits 3; a kernel trap or fault exits 1.
 
 use crate::exit::{failed, no_gpu, usage};
+use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use anyhow::Context;
+use relattn_kernels::capability::NvmlSource;
 use relattn_kernels::gpu::{self, CompilePlan, Geometry, Gpu, GpuError, Splits, Variant};
 use relattn_kernels::routing::PathId;
 use relattn_reference::casefile::read_case;
@@ -47,6 +49,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     // Pure planning first: an unsupported combination is a usage error even without a GPU.
     let plan = gpu::plan_launches(args.path, &Geometry::of(&problem), splits).map_err(gpu_error)?;
+    // A device whose route is a rejection stops here, before anything is compiled or allocated.
+    let selection = DeviceSelection::List(vec![args.device as u32]);
+    if let GpuStatus::Rejected(why) = detect(&NvmlSource::new(), Gpu::available(), &selection) {
+        return Err(no_gpu(why));
+    }
     if !Gpu::available() {
         return Err(no_gpu(
             "no usable CUDA driver and NVRTC on this machine: `relattn exec` needs an NVIDIA GPU",
