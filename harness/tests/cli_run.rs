@@ -1,0 +1,83 @@
+//! `relattn run` on a machine without a GPU: it runs the routing checks and the smoke tier's
+//! reference self-checks, writes a complete report under `cpu`, and exits 0. Bad arguments exit 2.
+//! (On a GPU machine the same command runs the GPU trials too; that part is not checked here.)
+
+use std::process::{Command, Output};
+
+fn relattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args(args)
+        .output()
+        .expect("run relattn")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn run_without_a_gpu_writes_a_complete_cpu_report() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let out = relattn(&["run", "--out", out_dir]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("CPU part"), "{stderr}");
+    let cpu = dir.path().join("cpu");
+    for file in [
+        "results.csv",
+        "results.jsonl",
+        "summary.json",
+        "summary.md",
+        "junit.xml",
+    ] {
+        assert!(cpu.join(file).is_file(), "missing {file}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cpu.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["complete"], true);
+    assert_eq!(summary["counts"]["fail"], 0);
+    assert_eq!(summary["counts"]["error"], 0);
+    assert_eq!(
+        summary["by_path"]["routing"]["counts"]["pass"], 13,
+        "one trial per routing row + unknown"
+    );
+    assert!(
+        summary["by_path"]["reference"]["counts"]["pass"]
+            .as_u64()
+            .unwrap()
+            > 100
+    );
+    // GPU trials are in the report as skipped, with the reason.
+    let csv = std::fs::read_to_string(cpu.join("results.csv")).unwrap();
+    let gpu_row = csv
+        .lines()
+        .find(|l| l.contains(",score_mod,"))
+        .expect("a score_mod row");
+    assert!(
+        gpu_row.contains(",skip,") && gpu_row.contains("no GPU"),
+        "{gpu_row}"
+    );
+    assert!(csv.starts_with("case_id,trial,path,status,max_abs,mean_abs,rel_l2,bound,first_bad,ms,tflops,gbps,seed,message,"));
+}
+
+#[test]
+fn bad_arguments_exit_2_with_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    for args in [
+        vec!["run", "--matrix", "no_such_tier", "--out", out_dir],
+        vec!["run", "--shard", "3/2", "--out", out_dir],
+        vec!["run", "--paths", "tensor_magic", "--out", out_dir],
+        vec!["run", "--bounds-check", "maybe", "--out", out_dir],
+    ] {
+        let out = relattn(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
