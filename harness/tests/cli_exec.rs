@@ -1,20 +1,15 @@
 //! `relattn exec`, run as a user runs it. Without a GPU it must decide everything it can (bad
 //! input, unsupported path x case) and exit 3 for the rest; with one it writes `out`.
 
+mod common;
+use common::relattn;
+
 use relattn_kernels::gpu::Gpu;
 use relattn_reference::casefile::{write_case, CaseMeta};
 use relattn_reference::gen::{generate, GenSpec};
 use relattn_reference::{fast, CacheLayout};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn relattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .expect("the relattn binary runs")
-}
+use std::process::Output;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()

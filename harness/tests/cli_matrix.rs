@@ -1,17 +1,7 @@
 //! `relattn matrix`: listing the tiers, showing a shard, and exit 2 on a bad matrix file.
 
-use std::process::{Command, Output};
-
-fn relattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        .output()
-        .expect("run relattn")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod common;
+use common::{relattn, text};
 
 #[test]
 fn list_prints_the_four_tiers_with_counts() {

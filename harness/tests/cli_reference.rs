@@ -1,18 +1,11 @@
 //! The `relattn gen`, `reference` and `bench-reference` commands, run as a user runs them.
 
+mod common;
+use common::relattn;
+
 use relattn_reference::casefile::{read_case, read_output};
 use relattn_reference::{emulate, fast, sample, CacheLayout, DType};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn relattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        // A panic would print its backtrace: the failure tests must never see one.
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .expect("the relattn binary runs")
-}
 
 fn ok(args: &[&str]) -> String {
     let out = relattn(args);

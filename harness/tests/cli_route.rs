@@ -1,13 +1,7 @@
 //! `relattn route` and `relattn devices` as a user runs them.
 
-use std::process::{Command, Output};
-
-fn relattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        .output()
-        .expect("run relattn")
-}
+mod common;
+use common::relattn;
 
 fn route_json(extra: &[&str]) -> (i32, serde_json::Value) {
     let mut args = vec!["route", "--json"];

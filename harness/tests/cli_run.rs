@@ -2,18 +2,8 @@
 //! reference self-checks, writes a complete report under `cpu`, and exits 0. Bad arguments exit 2.
 //! (On a GPU machine the same command runs the GPU trials too; that part is not checked here.)
 
-use std::process::{Command, Output};
-
-fn relattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        .output()
-        .expect("run relattn")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod common;
+use common::{relattn, text};
 
 #[test]
 fn run_without_a_gpu_writes_a_complete_cpu_report() {
