@@ -42,5 +42,7 @@ pub use peaks::{
 };
 pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
 pub use run::{run_path, GpuRun};
-pub use source::{entries, entry_name, files, program_name, program_source, Stage, DTYPES};
+pub use source::{
+    entries, entry_name, files, own_file, program_name, program_source, Stage, DTYPES, SHARED,
+};
 pub use upload::{decode_bits, encode, out_poison, padding_bits, unwritten_bits, DeviceProblem};

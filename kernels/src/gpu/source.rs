@@ -1,6 +1,7 @@
 //! The CUDA C sources (real files under `kernels/cuda/`, embedded) and the names of their entries.
 //!
-//! One NVRTC program per path: `common.cuh` followed by the path's `.cu` file. Entries are
+//! One NVRTC program per path: the shared device code (`common.cuh`, `cta.cuh`, `attention.cuh`,
+//! in that order) followed by the path's `.cu` file. Entries are
 //! `extern "C"` kernels named `{path}_{stage}_{dtype}`.
 
 #![deny(unsafe_code)]
@@ -8,26 +9,40 @@
 use crate::routing::PathId;
 use relattn_reference::DType;
 
-/// Device code every program starts with.
+/// Device code every program starts with, in order: basics and loads, the attention CTA's
+/// building blocks, the attention loops.
 pub const COMMON: &str = include_str!("../../cuda/common.cuh");
+pub const CTA: &str = include_str!("../../cuda/cta.cuh");
+pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
+pub const SHARED: [(&str, &str); 3] = [
+    ("common.cuh", COMMON),
+    ("cta.cuh", CTA),
+    ("attention.cuh", ATTENTION),
+];
 pub const SCORE_MOD: &str = include_str!("../../cuda/score_mod.cu");
 pub const SHEARED_BIAS: &str = include_str!("../../cuda/sheared_bias.cu");
 pub const FALLBACK: &str = include_str!("../../cuda/fallback.cu");
 
-/// The files a program is made of, in order, as (name, text).
-pub fn files(path: PathId) -> [(&'static str, &'static str); 2] {
+/// The files a program is made of, in order, as (name, text): the shared ones, then the path's.
+pub fn files(path: PathId) -> Vec<(&'static str, &'static str)> {
     let own = match path {
         PathId::ScoreMod => ("score_mod.cu", SCORE_MOD),
         PathId::ShearedBias => ("sheared_bias.cu", SHEARED_BIAS),
         PathId::Fallback => ("fallback.cu", FALLBACK),
     };
-    [("common.cuh", COMMON), own]
+    SHARED.into_iter().chain([own]).collect()
+}
+
+/// The path's own file, as (name, text).
+pub fn own_file(path: PathId) -> (&'static str, &'static str) {
+    *files(path).last().expect("a path has its own file")
 }
 
 /// The full text NVRTC compiles for a path.
 pub fn program_source(path: PathId) -> String {
-    let [(_, common), (name, own)] = files(path);
-    format!("{common}\n// ---- {name} ----\n{own}")
+    let shared: String = SHARED.iter().map(|(_, text)| *text).collect();
+    let (name, own) = own_file(path);
+    format!("{shared}\n// ---- {name} ----\n{own}")
 }
 
 /// The program's name in NVRTC logs and errors.
