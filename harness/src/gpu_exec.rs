@@ -217,10 +217,3 @@ fn run_on(
     };
     gpu.run(loaded, dp, path, splits)
 }
-
-/// Add the GPU software versions and compile checks to a report's environment.
-pub fn describe(session: &crate::session::Session, env: &mut Environment) {
-    if let Some(exec) = session.executor_ref() {
-        exec.describe(env);
-    }
-}

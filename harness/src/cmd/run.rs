@@ -237,7 +237,9 @@ fn environment(session: &Session, args: &Args) -> Environment {
     } else if let Some(why) = session.status.unusable_reason() {
         env.notes.push(why);
     }
-    crate::gpu_exec::describe(session, &mut env);
+    if let Some(exec) = session.executor_ref() {
+        exec.describe(&mut env);
+    }
     env
 }
 
