@@ -7,8 +7,8 @@ use crate::plan::BoundsCheck;
 use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
-    compile, compile_check, nvrtc_version, CheckRecord, CompilePlan, Compiled, DeviceProblem, Gpu,
-    GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+    compile, compile_arch, compile_check, nvrtc_version, CheckRecord, CompilePlan, Compiled,
+    DeviceProblem, Gpu, GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_matrices::SplitSetting;
@@ -40,8 +40,8 @@ impl ExecutorFactory for RealFactory {
         let Some(first) = devices.first() else {
             return Err("no device".into());
         };
-        let arch = first.cc.sm_name();
-        if devices.iter().any(|d| d.cc.sm_name() != arch) {
+        let arch = compile_arch(first.cc);
+        if devices.iter().any(|d| compile_arch(d.cc) != arch) {
             return Err(
                 "devices of different architectures in one run: select one kind with --devices"
                     .into(),

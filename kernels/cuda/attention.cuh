@@ -95,107 +95,263 @@ __device__ void mma_main(const Params& p, const Cta& c, unsigned char* smem) {
     store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
 }
 
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// A query block on sm_90a: the same CTA as `mma_main` with the two products on warpgroup MMAs.
+// Q (64 virtual rows), K and V tiles of KEY_TILE keys sit in shared memory in the canonical
+// 128-byte-swizzled layout (`tile_at<N, true>`, 1024-byte aligned): S = Q K^T is 8 m64n64k16
+// steps with both operands in shared memory, O += P V 4 m64n128k16 steps with P in registers and
+// V read transposed. Copies overlap as in `mma_main` (V(n) during Q K^T(n), K(n + 1) during the
+// softmax and P V(n)). Scores and the output stay in registers in the mma.sync fragment layout.
+template <class T, class Row>
+__device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
+    constexpr unsigned TILE_BYTES = KEY_TILE * HEAD_DIM * 2, HALF = KEY_TILE * 128;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const unsigned sq = smem_addr(smem), sk = sq + TILE_BYTES, sv = sk + TILE_BYTES;
+    const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
+    // Q: virtual row r = 16 w + 8 h + g of the block; thread x copies chunk x % 16 of rows
+    // x / 16 + 8 k (the rows of `issue_tiles`), zeros for rows not computed.
+    {
+        const int ch = threadIdx.x & 15;
+#pragma unroll
+        for (int k = 0; k < MMA_ROWS / 8; ++k) {
+            const int r = (threadIdx.x >> 4) + 8 * k;
+            const Row row(p, c, r);
+            const unsigned at = sq + tile_at<MMA_ROWS, true>(r, ch);
+            if (row.valid) {
+                const i64 e = (row.t * p.H + row.h) * HEAD_DIM + ch * 8;
+                check_index(e, p.q_size);
+                check_index(e + 7, p.q_size);
+                cp_async16(at, (const unsigned short*)p.q + e);
+            } else {
+                st_shared16(at, 0u, 0u, 0u, 0u);
+            }
+        }
+    }
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    const bool aligned = kv_aligned16(p);
+    const float scale2 = p.scale * LOG2E;
+    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
+    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
+
+    if (nt > 0) load_tiles<KEY_TILE, true, false, true>(p, c, kt0, sk, 0u, aligned);
+    cp_async_commit();  // with Q
+    for (int it = 0; it < nt; ++it) {
+        const i64 kt = kt0 + (i64)it * KEY_TILE;
+        __syncthreads();  // every warp is done with V(it - 1)
+        load_tiles<KEY_TILE, false, true, true>(p, c, kt, 0u, sv, aligned);
+        cp_async_commit();
+        cp_async_wait<1>();  // Q and K(it) have landed
+        fence_proxy_async();
+        __syncthreads();
+        float s[8][4];
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+            const unsigned off = (ks >> 2) * HALF + (ks & 3) * 32;
+            Wg<T>::qk(s, wg_desc(sq + off, 16, 1024), wg_desc(sk + off, 16, 1024), ks > 0);
+        }
+        wg_commit();
+        wg_wait0();
+        wg_hold(s);
+        if (far_tile(p, c, kt, KEY_TILE)) {
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
+        } else {
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                const int j = (int)kt + 8 * n + 2 * tq;
+                float x[4];
+                bias_cells(p, c, ra, j, x[0], x[1]);
+                bias_cells(p, c, rb, j, x[2], x[3]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[n][e] = fmaf(s[n][e], scale2, x[e]);
+            }
+        }
+        __syncthreads();  // every warp is done with K(it)
+        if (it + 1 < nt) load_tiles<KEY_TILE, true, false, true>(p, c, kt + KEY_TILE, sk, 0u, aligned);
+        cp_async_commit();
+        unsigned pa[4][4];
+        float alpha[2];
+        softmax_tile<T, 8>(s, m, l, alpha, pa);
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+        cp_async_wait<1>();  // V(it) has landed
+        fence_proxy_async();
+        __syncthreads();
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) Wg<T>::pv(o, pa[kk], wg_desc(sv + kk * 2048, HALF, 1024));
+        wg_commit();
+        wg_wait0();
+        wg_hold(o);
+    }
+    cp_async_wait<0>();
+    const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
+    store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
+    store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
+}
+#endif
+
 // A single-query CTA (q_len 1, G <= 16: one 16-row fragment holds every head of the group) that
-// streams K/V at bandwidth: DEC_STAGES - 1 tiles in flight while one is computed. Every warp
-// computes the same S = Q K^T and softmax state (identical instructions on identical data) and
-// then P V for its own quarter of the head dim, so no warp waits on another's partial result.
+// streams K/V at bandwidth: `p.ring_stages - 1` tiles of DEC_TILE keys in flight while one is
+// computed (the launcher picks the depth for the CTAs an SM holds), the block-table entries of
+// the next tile to copy read one iteration ahead. Warp w takes keys [16 w, 16 w + 16) of every
+// tile with its own online softmax over the whole head dim (no work is repeated across warps);
+// at the end the four warps' states merge through shared memory by their maxima and each warp
+// stores a quarter of the head dim.
 template <class T, class Row>
 __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const unsigned ring = smem_addr(smem);
-    const unsigned stage_bytes = 2 * DEC_TILE * HEAD_DIM * 2, v_at = DEC_TILE * HEAD_DIM * 2;
+    const unsigned stage_bytes = DEC_STAGE_BYTES, v_at = DEC_TILE * HEAD_DIM * 2;
+    const int stages = (int)imin(imax(p.ring_stages, DEC_MIN_STAGES), DEC_MAX_STAGES);
     const Row ra(p, c, g), rb(p, c, g + 8);
     unsigned qf[8][4];
     load_q_frag(p, ra, rb, tq, qf);
-    float o[4][4];
+    float o[16][4];
 #pragma unroll
-    for (int n = 0; n < 4; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
     const bool aligned = kv_aligned16(p);
     const float scale2 = p.scale * LOG2E;
     const i64 kt0 = c.lo / DEC_TILE * DEC_TILE;
     const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, DEC_TILE) : 0;
-    const int k_row = (lane & 7) + ((lane >> 4) << 3), k_ch = (lane >> 3) & 1;
-    const int v_row = (lane & 7) + (((lane >> 3) & 1) << 3), v_ch = lane >> 4;
+    const int k_row = 16 * warp + (lane & 7) + ((lane >> 4) << 3), k_ch = (lane >> 3) & 1;
+    const int v_row = 16 * warp + (lane & 7) + (((lane >> 3) & 1) << 3), v_ch = lane >> 4;
 
-#pragma unroll
-    for (int st = 0; st < DEC_STAGES - 1; ++st) {
+    for (int st = 0; st < stages - 1; ++st) {
         if (st < nt) {
-            const i64 j0 = kt0 + (i64)st * DEC_TILE;
             const unsigned at = ring + st * stage_bytes;
-            load_tiles<DEC_TILE, true, true>(p, c, j0, at, at + v_at, aligned);
+            load_tiles<DEC_TILE, true, true>(p, c, kt0 + (i64)st * DEC_TILE, at, at + v_at, aligned);
         }
         cp_async_commit();
     }
+    TileRows<DEC_TILE> next = fetch_rows<DEC_TILE>(p, c, kt0 + (i64)(stages - 1) * DEC_TILE);
+    int fill = stages - 1, use = 0;  // ring stages of tiles it + stages - 1 and it
     for (int it = 0; it < nt; ++it) {
-        const int ahead = it + DEC_STAGES - 1;
-        if (ahead < nt) {
+        if (it + stages - 1 < nt) {
             // The stage of tile it - 1, released by the barrier that ended the last iteration.
-            const i64 j0 = kt0 + (i64)ahead * DEC_TILE;
-            const unsigned at = ring + (ahead % DEC_STAGES) * stage_bytes;
-            load_tiles<DEC_TILE, true, true>(p, c, j0, at, at + v_at, aligned);
+            const unsigned at = ring + fill * stage_bytes;
+            issue_tiles<DEC_TILE, true, true>(p, c, next, at, at + v_at, aligned);
         }
         cp_async_commit();
+        next = fetch_rows<DEC_TILE>(p, c, kt0 + (i64)(it + stages) * DEC_TILE);
+        fill = fill + 1 == stages ? 0 : fill + 1;
         const i64 kt = kt0 + (i64)it * DEC_TILE;
-        float s[4][4];
+        float s[2][4];
         if (far_tile(p, c, kt, DEC_TILE)) {
 #pragma unroll
-            for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
         } else {
 #pragma unroll
-            for (int n = 0; n < 4; ++n) {
-                const int j = (int)kt + 8 * n + 2 * tq;
+            for (int n = 0; n < 2; ++n) {
+                const int j = (int)kt + 16 * warp + 8 * n + 2 * tq;
                 bias_cells(p, c, ra, j, s[n][0], s[n][1]);
                 bias_cells(p, c, rb, j, s[n][2], s[n][3]);
             }
         }
-        cp_async_wait<DEC_STAGES - 1>();  // tile it has landed
+        cp_async_wait_dyn(stages - 1);  // tile it has landed
         __syncthreads();
-        const unsigned sk = ring + (it % DEC_STAGES) * stage_bytes, sv = sk + v_at;
-        float acc[4][4];
+        const unsigned sk = ring + use * stage_bytes, sv = sk + v_at;
+        use = use + 1 == stages ? 0 : use + 1;
+        float acc[2][4];
 #pragma unroll
-        for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+        for (int n = 0; n < 2; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-            for (int np = 0; np < 2; ++np) {
-                unsigned b0, b1, b2, b3;
-                ldsm_x4(sk + swz(16 * np + k_row, 2 * ks + k_ch), b0, b1, b2, b3);
-                Tc<T>::mma(acc[2 * np], qf[ks], b0, b1);
-                Tc<T>::mma(acc[2 * np + 1], qf[ks], b2, b3);
-            }
+            unsigned b0, b1, b2, b3;
+            ldsm_x4(sk + swz(k_row, 2 * ks + k_ch), b0, b1, b2, b3);
+            Tc<T>::mma(acc[0], qf[ks], b0, b1);
+            Tc<T>::mma(acc[1], qf[ks], b2, b3);
         }
 #pragma unroll
-        for (int n = 0; n < 4; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[n][e] = fmaf(acc[n][e], scale2, s[n][e]);
-        unsigned pa[2][4];
+        unsigned pa[1][4];
         float alpha[2];
-        softmax_tile<T, 4>(s, m, l, alpha, pa);
+        softmax_tile<T, 2>(s, m, l, alpha, pa);
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
+        for (int n = 0; n < 16; ++n) {
             o[n][0] *= alpha[0];
             o[n][1] *= alpha[0];
             o[n][2] *= alpha[1];
             o[n][3] *= alpha[1];
         }
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-            for (int dp = 0; dp < 2; ++dp) {
-                unsigned b0, b1, b2, b3;
-                ldsm_x4_trans(sv + swz(16 * kk + v_row, 4 * warp + 2 * dp + v_ch), b0, b1, b2, b3);
-                Tc<T>::mma(o[2 * dp], pa[kk], b0, b1);
-                Tc<T>::mma(o[2 * dp + 1], pa[kk], b2, b3);
-            }
+        for (int dp = 0; dp < 8; ++dp) {
+            unsigned b0, b1, b2, b3;
+            ldsm_x4_trans(sv + swz(v_row, 2 * dp + v_ch), b0, b1, b2, b3);
+            Tc<T>::mma(o[2 * dp], pa[0], b0, b1);
+            Tc<T>::mma(o[2 * dp + 1], pa[0], b2, b3);
         }
         __syncthreads();  // the stage of tile it may be refilled
     }
     cp_async_wait<0>();
+    __syncthreads();  // the ring is free: it holds the warps' states now
+    // Warp w's state: po[w][row][dim] (fp32), pm[w][row] (log2-domain max), pl[w][row] (sum).
+    float* po = reinterpret_cast<float*>(smem);
+    float* pm = po + 4 * 16 * HEAD_DIM;
+    float* pl = pm + 4 * 16;
     const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+        const int d = 8 * n + 2 * tq;
+        po[(warp * 16 + g) * HEAD_DIM + d] = o[n][0];
+        po[(warp * 16 + g) * HEAD_DIM + d + 1] = o[n][1];
+        po[(warp * 16 + g + 8) * HEAD_DIM + d] = o[n][2];
+        po[(warp * 16 + g + 8) * HEAD_DIM + d + 1] = o[n][3];
+    }
+    if (tq == 0) {
+        pm[warp * 16 + g] = m[0];
+        pm[warp * 16 + g + 8] = m[1];
+        pl[warp * 16 + g] = la;
+        pl[warp * 16 + g + 8] = lb;
+    }
+    __syncthreads();
+    // Merge for rows g and g + 8, dims [32 w, 32 w + 32) of this thread's fragment positions.
+    float mm[2], ll[2], sc[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = g + 8 * r;
+        float mx = neg_inf();
+#pragma unroll
+        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, pm[w * 16 + row]);
+        const float base = mx == neg_inf() ? 0.f : mx;  // exp2(-inf - -inf) would be NaN
+        ll[r] = 0.f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            sc[r][w] = fast_exp2(pm[w * 16 + row] - base);
+            ll[r] += sc[r][w] * pl[w * 16 + row];
+        }
+        mm[r] = mx;
+    }
+    float oq[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        const int d = 32 * warp + 8 * n + 2 * tq;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, row = g + 8 * r, dd = d + (e & 1);
+            float x = 0.f;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) x += sc[r][w] * po[(w * 16 + row) * HEAD_DIM + dd];
+            oq[n][e] = x;
+        }
+    }
     const bool lse = warp == 0 && tq == 0;
-    store_row<T>(p, c, ra, m[0], la, o, 0, 32 * warp, tq, lse);
-    store_row<T>(p, c, rb, m[1], lb, o, 1, 32 * warp, tq, lse);
+    store_row<T>(p, c, ra, mm[0], ll[0], oq, 0, 32 * warp, tq, lse);
+    store_row<T>(p, c, rb, mm[1], ll[1], oq, 1, 32 * warp, tq, lse);
 }
 
 // fp32: the FMA loop, ROWS virtual rows per pass (as many passes as the CTA has live rows).
@@ -231,14 +387,35 @@ __device__ void fma_cta(const Params& p, const Cta& c, unsigned char* smem) {
     }
 }
 
-// Run one CTA with the path's row type.
+// Run one CTA with the path's row type, in the dynamic shared memory the launcher sized
+// (at least ATTN_SMEM_BYTES + SMEM_ALIGN, and the decode ring), aligned here to SMEM_ALIGN.
 template <class T, class Row>
 __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
-    __shared__ __align__(128) unsigned char smem[SMEM_BYTES];
+    extern __shared__ __align__(128) unsigned char dyn_smem[];
+    unsigned char* smem = dyn_smem + ((SMEM_ALIGN - (smem_addr(dyn_smem) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
     if constexpr (IsF32<T>::value) {
         fma_cta<T, Row>(p, c, smem);
     } else {
         if (c.r.q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+        else wg_main<T, Row>(p, c, smem);
+#else
         else mma_main<T, Row>(p, c, smem);
+#endif
+    }
+}
+
+// Run a CTA of a decode-only kernel (every CTA has q_len 1): the streaming single-query CTA when
+// G <= 16 (always so in the model), else the FMA loop. Leaving the query-block kernels out of
+// the entry keeps its register count, and so the CTAs an SM holds, the decode loop's own.
+template <class T, class Row>
+__device__ __forceinline__ void run_decode_cta(const Params& p, const Cta& c) {
+    extern __shared__ __align__(128) unsigned char dyn_smem[];
+    unsigned char* smem = dyn_smem + ((SMEM_ALIGN - (smem_addr(dyn_smem) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
+    if constexpr (IsF32<T>::value) {
+        fma_cta<T, Row>(p, c, smem);
+    } else {
+        if (p.G <= 16) mma_decode<T, Row>(p, c, smem);
+        else fma_cta<T, Row>(p, c, smem);
     }
 }

@@ -37,11 +37,24 @@ typedef long long i64;
 // Virtual rows of a tensor-core CTA (16 per warp) and its key tiles.
 #define MMA_ROWS 64
 #define KEY_TILE 64
-// Single-query CTAs: 32-key tiles (K and V) in a ring of DEC_STAGES shared-memory stages.
-#define DEC_TILE 32
-#define DEC_STAGES 3
-// Static shared memory of an attention CTA (the 48 KiB static limit; the decode ring fills it).
-#define SMEM_BYTES (DEC_STAGES * 2 * DEC_TILE * HEAD_DIM * 2)
+// Single-query CTAs: tiles of DEC_TILE keys (K and V) in a ring of `Params::ring_stages`
+// shared-memory stages of DEC_STAGE_BYTES, between DEC_MIN_STAGES and DEC_MAX_STAGES (the
+// launcher sizes the dynamic shared memory for it).
+#define DEC_TILE 64
+#define DEC_STAGE_BYTES 32768
+#define DEC_MIN_STAGES 2
+#define DEC_MAX_STAGES 7
+// Attention CTAs take their shared memory dynamically: at least ATTN_SMEM_BYTES (the query
+// block's Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring and the decode
+// merge), plus SMEM_ALIGN bytes of slack so the kernel can align its tiles to SMEM_ALIGN.
+#define ATTN_SMEM_BYTES 65536
+#define SMEM_ALIGN 1024
+static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
+static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
+static_assert(ATTN_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
+static_assert(ATTN_SMEM_BYTES >= DEC_MIN_STAGES * DEC_STAGE_BYTES, "the minimal decode ring fits");
+static_assert(ATTN_SMEM_BYTES >= (4 * 16 * HEAD_DIM + 2 * 4 * 16) * 4, "the decode merge fits");
+static_assert(ATTN_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -99,7 +112,7 @@ struct Params {
     // Sizes in elements, for RELATTN_BOUNDS_CHECK.
     i64 q_size, kv_size, rel_size, out_size, bt_size, ws_o_size, ws_lse_size, shear_size;
     float scale;
-    int pad;
+    int ring_stages;  // stages of the single-query CTAs' K/V ring (DEC_MIN_STAGES..DEC_MAX_STAGES)
 };
 
 #ifdef RELATTN_BOUNDS_CHECK
@@ -315,4 +328,9 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
 
 #define RELATTN_ENTRY(name, fn, T) \
     extern "C" __global__ void __launch_bounds__(THREADS) name(Params p) { fn<T>(p); }
+// An entry whose CTAs should fit DECODE_CTAS_PER_SM to an SM (at most 65536 / (THREADS x that)
+// registers per thread): the decode-only kernels, bound by the bytes in flight.
+#define DECODE_CTAS_PER_SM 3
+#define RELATTN_DECODE_ENTRY(name, fn, T) \
+    extern "C" __global__ void __launch_bounds__(THREADS, DECODE_CTAS_PER_SM) name(Params p) { fn<T>(p); }
 

@@ -92,6 +92,24 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+// cp.async.wait_group with a run-time count (uniform over the CTA), up to DEC_MAX_STAGES - 1.
+__device__ __forceinline__ void cp_async_wait_dyn(int n) {
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    case 7: cp_async_wait<7>(); break;
+    case 8: cp_async_wait<8>(); break;
+    case 9: cp_async_wait<9>(); break;
+    case 10: cp_async_wait<10>(); break;
+    case 11: cp_async_wait<11>(); break;
+    default: cp_async_wait<0>(); break;
+    }
+}
 __device__ __forceinline__ void st_shared16(unsigned dst, unsigned a, unsigned b, unsigned c, unsigned d) {
     asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
@@ -146,44 +164,73 @@ __device__ __forceinline__ void copy_chunk(const Params& p, unsigned at, i64 e, 
     }
 }
 
-// Copy keys [j0, j0 + NKEYS) of K (when WITH_K) and of V (when WITH_V) into swizzled
-// [NKEYS][HEAD_DIM] tiles at those shared addresses, asynchronously: one 16-byte chunk per thread
-// and row. The block-table reads of all the thread's rows are issued first, so their latencies
-// overlap instead of queueing behind each copy. Keys outside [lo, hi) are neither read nor used:
-// they become zeros, so garbage (NaN) in pages nobody may read never reaches the arithmetic
-// (0 * NaN would). Every thread of the CTA must call this.
-template <int NKEYS, bool WITH_K, bool WITH_V>
-__device__ __forceinline__ void load_tiles(const Params& p, const Cta& c, i64 j0, unsigned k_dst, unsigned v_dst,
-                                           bool aligned) {
-    constexpr int PER = NKEYS / (THREADS / 16);
-    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
-    const unsigned ps = (unsigned)p.page_size;
+// Byte offset of (row r, 16-byte chunk ch) in a [NKEYS][HEAD_DIM] 16-bit tile: `swz` for the
+// ldmatrix kernels; for wgmma (WG) the canonical 128-byte-swizzled layout: two column halves of
+// 64 elements, each [NKEYS][64] with 128-byte rows and the chunk XOR-ed with r % 8 (the tile must
+// start at a 1024-byte boundary).
+template <int NKEYS, bool WG> __device__ __forceinline__ unsigned tile_at(int r, int ch) {
+    if constexpr (WG) return (unsigned)((ch >> 3) * (NKEYS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+    else return swz(r, ch);
+}
+
+// Where the rows of a key tile live: one thread copies chunk threadIdx.x % 16 of rows
+// threadIdx.x / 16 + 8 k. Fetched ahead of the copies so the block-table reads overlap other work.
+// `block` is -1 for keys outside the CTA's [lo, hi) (validated block tables hold no negative
+// entry for a key anyone may read).
+template <int NKEYS> struct TileRows {
+    static constexpr int PER = NKEYS / (THREADS / 16);
     int block[PER];  // block-table entries are int32
-    unsigned slot_in_page[PER];
-    bool in[PER];
+    unsigned slot[PER];
+};
+
+// Keys outside the CTA's [lo, hi) are neither read nor used (their block-table entries are not
+// read either). Every thread of the CTA must call this.
+template <int NKEYS> __device__ __forceinline__ TileRows<NKEYS> fetch_rows(const Params& p, const Cta& c, i64 j0) {
+    TileRows<NKEYS> t;
+    const int r0 = threadIdx.x >> 4;
+    const unsigned ps = (unsigned)p.page_size;
 #pragma unroll
-    for (int k = 0; k < PER; ++k) {
+    for (int k = 0; k < TileRows<NKEYS>::PER; ++k) {
         const i64 j = j0 + r0 + 8 * k;
-        in[k] = j >= c.lo && j < c.hi;
+        const bool in = j >= c.lo && j < c.hi;
         const unsigned page = (unsigned)j / ps;
-        slot_in_page[k] = (unsigned)j - page * ps;
-        block[k] = in[k] ? (int)ld_block(p, c.b * p.bt_stride + page) : 0;
+        t.slot[k] = (unsigned)j - page * ps;
+        t.block[k] = in ? (int)ld_block(p, c.b * p.bt_stride + page) : -1;
     }
+    return t;
+}
+
+// Copy the rows `t` of K (when WITH_K) and of V (when WITH_V) into [NKEYS][HEAD_DIM] tiles at
+// those shared addresses (layout `tile_at<NKEYS, WG>`), asynchronously: one 16-byte chunk per
+// thread and row. Keys outside [lo, hi) become zeros, so garbage (NaN) in pages nobody may read
+// never reaches the arithmetic (0 * NaN would). Every thread of the CTA must call this.
+template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false>
+__device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS>& t, unsigned k_dst,
+                                            unsigned v_dst, bool aligned) {
+    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
 #pragma unroll
-    for (int k = 0; k < PER; ++k) {
+    for (int k = 0; k < TileRows<NKEYS>::PER; ++k) {
         const int r = r0 + 8 * k;
-        if (in[k]) {
+        const unsigned at = tile_at<NKEYS, WG>(r, ch);
+        if (t.block[k] >= 0) {
             if (WITH_K)
-                copy_chunk(p, k_dst + swz(r, ch),
-                           kv_chunk(p, c, block[k], slot_in_page[k], p.k_off, p.k_block, p.k_slot, p.k_head, ch), aligned);
+                copy_chunk(p, k_dst + at, kv_chunk(p, c, t.block[k], t.slot[k], p.k_off, p.k_block, p.k_slot, p.k_head, ch),
+                           aligned);
             if (WITH_V)
-                copy_chunk(p, v_dst + swz(r, ch),
-                           kv_chunk(p, c, block[k], slot_in_page[k], p.v_off, p.v_block, p.v_slot, p.v_head, ch), aligned);
+                copy_chunk(p, v_dst + at, kv_chunk(p, c, t.block[k], t.slot[k], p.v_off, p.v_block, p.v_slot, p.v_head, ch),
+                           aligned);
         } else {
-            if (WITH_K) st_shared16(k_dst + swz(r, ch), 0u, 0u, 0u, 0u);
-            if (WITH_V) st_shared16(v_dst + swz(r, ch), 0u, 0u, 0u, 0u);
+            if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
+            if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
         }
     }
+}
+
+// Copy keys [j0, j0 + NKEYS): `fetch_rows` then `issue_tiles`.
+template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false>
+__device__ __forceinline__ void load_tiles(const Params& p, const Cta& c, i64 j0, unsigned k_dst, unsigned v_dst,
+                                           bool aligned) {
+    issue_tiles<NKEYS, WITH_K, WITH_V, WG>(p, c, fetch_rows<NKEYS>(p, c, j0), k_dst, v_dst, aligned);
 }
 
 // Two consecutive 16-bit q elements (i even) as one A-fragment register; 0 for rows not computed.
@@ -308,3 +355,73 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x;
 }
 
+
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// ---- sm_90a: warpgroup MMA (wgmma) ------------------------------------------------------------
+// The CTA's 4 warps are one warpgroup. Operands in shared memory are described by 64-bit matrix
+// descriptors (PTX ISA, "Matrix Descriptor Format"): start address, leading and stride byte
+// offsets (all >> 4) and the swizzle mode (1 = 128-byte). Tiles use the canonical 128-byte
+// swizzled layout of `tile_at<N, true>`: for a K-major operand (Q, K) 8-row groups lie 1024
+// bytes apart (stride offset) and a k-step of 16 elements advances the start by 32 bytes inside
+// the swizzle atom; for V (B of P V, MN-major, transposed) the k-step of 16 keys advances the
+// start by 2048 bytes and the second 64-column half lies NKEYS * 128 bytes on (leading offset).
+// Accumulators are in the mma.sync C-fragment layout per warp (warp w holds rows 16 w ..), so
+// the softmax code is shared with the ldmatrix kernels.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Make this thread's generic-proxy shared-memory writes (st.shared, completed cp.async) visible
+// to wgmma's asynchronous proxy; a barrier must follow before any wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keep the compiler from moving reads of accumulator registers above the wait.
+template <int N> __device__ __forceinline__ void wg_hold(float (&x)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(x[n][e])::"memory");
+}
+
+// S (64 x 64) = Q K^T, one k-step of 16 (SS: both operands in shared memory, K-major); `acc` 0
+// overwrites S. O (64 x 128) += P V, one k-step of 16 keys (RS: P in registers, V transposed).
+template <class T> struct Wg;
+template <> struct Wg<bf16> {
+    static __device__ __forceinline__ void qk(float (&s)[8][4], unsigned long long da, unsigned long long db, int acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]), "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]), "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]), "+f"(s[7][0]), "+f"(s[7][1]), "+f"(s[7][2]), "+f"(s[7][3])
+            : "l"(da), "l"(db), "r"(acc));
+    }
+    static __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&a)[4], unsigned long long db) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+            : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]), "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]), "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]), "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]), "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]), "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+template <> struct Wg<fp16> {
+    static __device__ __forceinline__ void qk(float (&s)[8][4], unsigned long long da, unsigned long long db, int acc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]), "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]), "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]), "+f"(s[7][0]), "+f"(s[7][1]), "+f"(s[7][2]), "+f"(s[7][3])
+            : "l"(da), "l"(db), "r"(acc));
+    }
+    static __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&a)[4], unsigned long long db) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+            : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]), "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]), "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]), "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]), "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]), "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+#endif

@@ -63,7 +63,7 @@ __device__ __forceinline__ bool decode_split(const Params& p, i64 kv_len, i64 s,
 
 // Stage 1. Grid: (num_splits, Hkv, B). Every request has q_len <= 1 (decode-only batch); a CTA
 // covers the request's query x the G heads of one KV head over its split's keys (bf16/fp16:
-// the streaming single-query CTA of common.cuh).
+// the streaming single-query CTA of attention.cuh).
 template <class T>
 __device__ void fallback_decode(const Params& p) {
     Cta c;
@@ -76,7 +76,7 @@ __device__ void fallback_decode(const Params& p) {
     c.rows_q = cta_query_rows(p);
     c.i0 = 0;
     c.partial = true;
-    run_cta<T, FallbackRow<T>>(p, c);
+    run_decode_cta<T, FallbackRow<T>>(p, c);
 }
 
 // Stage 2. Grid: (real_rows, H); merges only the splits stage 1 wrote.
@@ -94,9 +94,9 @@ __device__ void fallback_merge(const Params& p) {
 RELATTN_ENTRY(fallback_main_bf16, fallback_main, bf16)
 RELATTN_ENTRY(fallback_main_fp16, fallback_main, fp16)
 RELATTN_ENTRY(fallback_main_fp32, fallback_main, float)
-RELATTN_ENTRY(fallback_decode_bf16, fallback_decode, bf16)
-RELATTN_ENTRY(fallback_decode_fp16, fallback_decode, fp16)
-RELATTN_ENTRY(fallback_decode_fp32, fallback_decode, float)
+RELATTN_DECODE_ENTRY(fallback_decode_bf16, fallback_decode, bf16)
+RELATTN_DECODE_ENTRY(fallback_decode_fp16, fallback_decode, fp16)
+RELATTN_DECODE_ENTRY(fallback_decode_fp32, fallback_decode, float)
 RELATTN_ENTRY(fallback_merge_bf16, fallback_merge, bf16)
 RELATTN_ENTRY(fallback_merge_fp16, fallback_merge, fp16)
 RELATTN_ENTRY(fallback_merge_fp32, fallback_merge, float)

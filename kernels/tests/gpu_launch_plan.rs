@@ -2,9 +2,10 @@
 //! split range formulas the kernels share, and the output poison image.
 
 use relattn_kernels::gpu::{
-    decode_split_keys, files, out_poison, padding_bits, plan_launches, policy_splits,
-    sheared_split_keys, unwritten_bits, Geometry, GpuError, Splits, Stage, CTA_ROWS, CTA_THREADS,
-    SHEAR_TILE,
+    attention_smem_bytes, decode_split_keys, files, native_arch, out_poison, padding_bits,
+    plan_launches, policy_splits, ring_stages, sheared_split_keys, unwritten_bits, Geometry,
+    GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES,
+    DEC_MIN_STAGES, DEC_STAGE_BYTES, SHEAR_TILE, SMEM_ALIGN,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -262,6 +263,11 @@ fn c_define(name: &str) -> Option<usize> {
 #[test]
 fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("MMA_ROWS"), Some(CTA_ROWS));
+    assert_eq!(c_define("DEC_STAGE_BYTES"), Some(DEC_STAGE_BYTES));
+    assert_eq!(c_define("DEC_MIN_STAGES"), Some(DEC_MIN_STAGES));
+    assert_eq!(c_define("DEC_MAX_STAGES"), Some(DEC_MAX_STAGES));
+    assert_eq!(c_define("ATTN_SMEM_BYTES"), Some(ATTN_SMEM_BYTES));
+    assert_eq!(c_define("SMEM_ALIGN"), Some(SMEM_ALIGN));
     assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
     assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
     // The prologue grid counts 32-row blocks of one head.
@@ -280,4 +286,78 @@ fn grid_constants_mirror_the_kernels() {
     for path in PathId::ALL {
         assert!(unsupported(plan_launches(path, &wide, Splits::Policy)).contains("GQA group"));
     }
+}
+
+/// An H200's SMs: 132 of 228 KiB, 227 KiB per CTA, two attention CTAs by registers.
+const H200: SmLimits = SmLimits {
+    sm_count: 132,
+    smem_per_sm: 233_472,
+    smem_per_block: 232_448,
+    resident_ctas: 2,
+};
+
+#[test]
+fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
+    // decode128k-like, scaled down in length (the ring depends on CTAs, not on Lk): fallback's
+    // policy gives 32 splits x 8 KV heads = 256 CTAs, two per SM: 3 stages of 32 KiB each.
+    let decode = geometry(&GenSpec::global(64, 8, vec![(1, 9000)], 3));
+    let fallback = plan_launches(PathId::Fallback, &decode, Splits::Forced(32)).unwrap();
+    let s = ring_stages(&fallback, &decode, &H200);
+    assert_eq!(s, 3);
+    let per_cta = attention_smem_bytes(s) + 1024;
+    assert!(2 * per_cta <= H200.smem_per_sm, "two CTAs still fit");
+    assert!(3 * (attention_smem_bytes(s + 1) + 1024) > H200.smem_per_sm || s + 1 > DEC_MAX_STAGES);
+    // 16 splits x 8 = 128 CTAs: one per SM, the deepest ring.
+    let sheared = plan_launches(PathId::ShearedBias, &decode, Splits::Forced(16)).unwrap();
+    assert_eq!(ring_stages(&sheared, &decode, &H200), DEC_MAX_STAGES);
+    assert!(attention_smem_bytes(DEC_MAX_STAGES) + 1024 <= H200.smem_per_sm);
+    assert!(attention_smem_bytes(DEC_MAX_STAGES) <= H200.smem_per_block);
+    // Many CTAs: as many per SM as registers allow, never fewer stages than the minimum.
+    let batch = geometry(&GenSpec::global(64, 8, vec![(1, 64); 32], 3));
+    let wide = plan_launches(PathId::Fallback, &batch, Splits::Forced(4)).unwrap();
+    assert_eq!(
+        ring_stages(&wide, &batch, &H200),
+        3,
+        "1024 CTAs, two resident"
+    );
+    let many = SmLimits {
+        resident_ctas: 8,
+        ..H200
+    };
+    assert_eq!(ring_stages(&wide, &batch, &many), DEC_MIN_STAGES);
+    assert_eq!(
+        ring_stages(&fallback, &decode, &many),
+        3,
+        "256 CTAs: two per SM"
+    );
+    // A 100 KiB SM (sm_86/89) with one CTA: what fits.
+    let small = SmLimits {
+        sm_count: 84,
+        smem_per_sm: 102_400,
+        smem_per_block: 101_376,
+        resident_ctas: 1,
+    };
+    let s = ring_stages(&fallback, &decode, &small);
+    assert!(attention_smem_bytes(s) + 1024 <= small.smem_per_sm && s >= DEC_MIN_STAGES);
+    // Query blocks and mixed batches keep the minimum (their CTAs do not stream a ring).
+    let prefill = geometry(&GenSpec::global(64, 8, vec![(64, 200)], 3));
+    let main = plan_launches(PathId::ScoreMod, &prefill, Splits::Policy).unwrap();
+    assert_eq!(ring_stages(&main, &prefill, &H200), DEC_MIN_STAGES);
+    assert_eq!(
+        attention_smem_bytes(DEC_MIN_STAGES),
+        ATTN_SMEM_BYTES + SMEM_ALIGN
+    );
+    // G > 16: single-query CTAs are query blocks too.
+    let wide = geometry(&GenSpec::global(32, 1, vec![(1, 9000)], 3));
+    let plan = plan_launches(PathId::ScoreMod, &wide, Splits::Policy).unwrap();
+    assert_eq!(ring_stages(&plan, &wide, &H200), DEC_MIN_STAGES);
+}
+
+#[test]
+fn hopper_builds_for_its_architecture_specific_target() {
+    assert_eq!(native_arch(Capability::new(9, 0)), "sm_90a");
+    assert_eq!(native_arch(Capability::new(8, 0)), "sm_80");
+    assert_eq!(native_arch(Capability::new(8, 9)), "sm_89");
+    assert_eq!(native_arch(Capability::new(10, 0)), "sm_100");
+    assert_eq!(native_arch(Capability::new(12, 1)), "sm_121");
 }

@@ -51,7 +51,7 @@ pub fn run_on_gpu(
         .budget_s
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
     // Compile first: a compile failure is reported before any device memory is used.
-    let arch = info.cc.sm_name();
+    let arch = relattn_kernels::gpu::compile_arch(info.cc);
     let plan = CompilePlan::new(&arch, Variant::PLAIN, paths).map_err(gpu_error)?;
     let started = Instant::now();
     let compiled = compile(&plan).map_err(gpu_error)?;

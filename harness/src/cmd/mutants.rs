@@ -195,7 +195,7 @@ fn precompile(args: &Args, selected: &[Mutant]) {
     else {
         return;
     };
-    let arch = devices[0].cc.sm_name();
+    let arch = relattn_kernels::gpu::compile_arch(devices[0].cc);
     let plans: Vec<CompilePlan> = selected
         .iter()
         .filter_map(|&m| {

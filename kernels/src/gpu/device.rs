@@ -5,7 +5,8 @@
 use super::compile::Compiled;
 use super::error::{driver, GpuError};
 use super::ffi;
-use super::plan::Variant;
+use super::launch_plan::SmLimits;
+use super::plan::{check_arch, Variant};
 use super::source::{entry_name, Stage};
 use crate::routing::{Capability, PathId};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, DriverError};
@@ -22,6 +23,8 @@ pub struct Gpu {
     index: usize,
     name: String,
     capability: Capability,
+    /// (SMs, shared memory per SM, shared memory a CTA may opt in to).
+    sms: (usize, usize, usize),
 }
 
 /// The kernels of one `Compiled`, loaded on one `Gpu`.
@@ -80,12 +83,25 @@ impl Gpu {
             .compute_capability()
             .map_err(driver("reading the compute capability"))?;
         let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
+        use sys::CUdevice_attribute as A;
+        let attr = |a: A| -> Result<usize, GpuError> {
+            let v = ctx
+                .attribute(a)
+                .map_err(driver("reading a device attribute"))?;
+            Ok(v.max(0) as usize)
+        };
+        let sms = (
+            attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        );
         Ok(Gpu {
             ctx,
             stream,
             index,
             name,
             capability: Capability::new(major as u32, minor as u32),
+            sms,
         })
     }
 
@@ -116,9 +132,20 @@ impl Gpu {
         self.capability
     }
 
-    /// The NVRTC architecture of this device, e.g. `sm_90`.
+    /// The NVRTC architecture the kernels are built for on this device (`compile_arch`).
     pub fn arch(&self) -> String {
-        self.capability.sm_name()
+        compile_arch(self.capability)
+    }
+
+    /// The SM limits the launcher sizes shared memory with; `resident_ctas` is filled per
+    /// kernel by the caller.
+    pub(crate) fn sm_limits(&self, resident_ctas: usize) -> SmLimits {
+        SmLimits {
+            sm_count: self.sms.0,
+            smem_per_sm: self.sms.1,
+            smem_per_block: self.sms.2,
+            resident_ctas,
+        }
     }
 
     /// The driver's CUDA version, e.g. 13000 for CUDA 13.0.
@@ -150,6 +177,19 @@ impl Gpu {
                 let f = module
                     .load_function(entry)
                     .map_err(driver(format!("finding kernel {entry}")))?;
+                // Let every kernel take as much dynamic shared memory as a CTA may opt in to;
+                // each launch then asks for what it needs.
+                let fixed = f
+                    .shared_size_bytes()
+                    .map_err(driver(format!("reading {entry}'s shared memory")))?;
+                let dynamic = (self.sms.2 as i32 - fixed).max(0);
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dynamic,
+                )
+                .map_err(driver(format!(
+                    "allowing {entry} {dynamic} bytes of shared memory"
+                )))?;
                 functions.insert(entry.clone(), f);
             }
             paths.push(program.path);
@@ -187,6 +227,30 @@ impl Loaded {
             Some(f) => Ok((name, f)),
             None => Err(GpuError::NotCompiled(path)),
         }
+    }
+}
+
+/// Environment variable overriding the architecture the kernels are built for.
+pub const ARCH_ENV: &str = "RELATTN_ARCH";
+
+/// The NVRTC architecture the kernels are built for on a device of capability `c`: `sm_90a` for
+/// exactly 9.0 (Hopper's architecture-specific features: the query-block kernel uses wgmma), else
+/// `sm_XY` (portable tensor-core kernels); `RELATTN_ARCH` overrides it when it holds a valid name
+/// (e.g. `sm_90` to time the portable kernels on a Hopper GPU, which must be able to run it).
+/// Every command that compiles for a device goes through here.
+pub fn compile_arch(c: Capability) -> String {
+    match std::env::var(ARCH_ENV) {
+        Ok(a) if check_arch(&a).is_ok() => a,
+        _ => native_arch(c),
+    }
+}
+
+/// `compile_arch` without the override.
+pub fn native_arch(c: Capability) -> String {
+    if c == Capability::new(9, 0) {
+        "sm_90a".to_string()
+    } else {
+        c.sm_name()
     }
 }
 

@@ -120,18 +120,21 @@ pub(crate) fn fill_bytes<T>(
     unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, n, stream.cu_stream()) }
 }
 
-/// Launch one kernel taking `Params` by value, with the CTA size common.cuh is built for.
+/// Launch one kernel taking `Params` by value, with the CTA size common.cuh is built for and
+/// `shared_mem_bytes` of dynamic shared memory (the function must allow that much: see
+/// `Gpu::load`).
 pub(crate) fn launch(
     stream: &Arc<CudaStream>,
     func: &CudaFunction,
     grid: (u32, u32, u32),
     threads: u32,
+    shared_mem_bytes: u32,
     params: &Params,
 ) -> Result<(), DriverError> {
     let cfg = LaunchConfig {
         grid_dim: grid,
         block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes,
     };
     let mut builder = stream.launch_builder(func);
     builder.arg(params);
@@ -139,7 +142,8 @@ pub(crate) fn launch(
     // macro in common.cuh), and `params` mirrors it. Its pointers come from live buffers of this
     // context that stay alive until the stream is synchronised after the launches, and the sizes
     // in it are those buffers' lengths, which the kernels' index arithmetic stays within (and
-    // checks under RELATTN_BOUNDS_CHECK).
+    // checks under RELATTN_BOUNDS_CHECK). The attention kernels use at most the dynamic shared
+    // memory the caller sized for this launch (the ring depth in `params` is derived from it).
     unsafe { builder.launch(cfg) }.map(|_| ())
 }
 

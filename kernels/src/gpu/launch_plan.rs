@@ -21,6 +21,19 @@ pub const CTA_THREADS: u32 = 128;
 pub const HEAD_DIM: usize = 128;
 /// Key tile of the sheared bias buffer and of sheared_bias splits; mirrors `SHEAR_TILE`.
 pub const SHEAR_TILE: usize = 128;
+/// Shared memory of one stage of the single-query CTAs' K/V ring; mirrors `DEC_STAGE_BYTES`.
+pub const DEC_STAGE_BYTES: usize = 32768;
+/// Ring depths the kernels accept; mirror `DEC_MIN_STAGES` and `DEC_MAX_STAGES`.
+pub const DEC_MIN_STAGES: usize = 2;
+pub const DEC_MAX_STAGES: usize = 7;
+/// Least dynamic shared memory of an attention CTA before alignment slack; mirrors
+/// `ATTN_SMEM_BYTES`.
+pub const ATTN_SMEM_BYTES: usize = 65536;
+/// Alignment the kernels give their tiles inside the dynamic shared memory (the launch adds this
+/// much slack); mirrors `SMEM_ALIGN`.
+pub const SMEM_ALIGN: usize = 1024;
+/// Shared memory the driver reserves per resident CTA (sm_80 and later).
+pub const SMEM_RESERVED_PER_CTA: usize = 1024;
 /// The SM100 row's policy drives sheared_bias's split count wherever it runs.
 pub const SHEARED_POLICY_ARCH: Capability = Capability::new(10, 0);
 
@@ -119,6 +132,55 @@ pub fn policy_splits(path: PathId, g: &Geometry) -> usize {
             }
         }
     }
+}
+
+/// What the launcher knows of the device's multiprocessors when it sizes shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmLimits {
+    pub sm_count: usize,
+    /// Shared memory of one SM (bytes).
+    pub smem_per_sm: usize,
+    /// Shared memory one CTA may opt in to (bytes).
+    pub smem_per_block: usize,
+    /// Attention CTAs one SM holds at the least shared memory (the occupancy API's answer:
+    /// registers usually decide it).
+    pub resident_ctas: usize,
+}
+
+/// Whether the attention CTAs of this problem are all single-query streaming CTAs (a decode-only
+/// batch with G <= 16), the only ones whose shared memory grows with the ring.
+pub fn streams_kv(g: &Geometry) -> bool {
+    g.decode_only() && g.group() <= 16
+}
+
+/// Depth of the single-query CTAs' K/V ring. Decode is bound by the bytes in flight, so each
+/// attention CTA takes the largest ring that still lets an SM hold as many CTAs as the launch
+/// gives it (`ceil(CTAs / SMs)`, at most what its registers allow): one CTA per SM gets up to
+/// `DEC_MAX_STAGES` stages. Query blocks (and mixed batches) keep `DEC_MIN_STAGES`.
+pub fn ring_stages(plan: &LaunchPlan, g: &Geometry, sm: &SmLimits) -> usize {
+    if !streams_kv(g) {
+        return DEC_MIN_STAGES;
+    }
+    let ctas: usize = plan
+        .launches
+        .iter()
+        .filter(|l| matches!(l.stage, Stage::Main | Stage::Decode))
+        .map(|l| l.grid.0 as usize * l.grid.1 as usize * l.grid.2 as usize)
+        .max()
+        .unwrap_or(0);
+    let per_sm = ctas
+        .div_ceil(sm.sm_count.max(1))
+        .clamp(1, sm.resident_ctas.max(1));
+    let per_cta = (sm.smem_per_sm / per_sm)
+        .saturating_sub(SMEM_RESERVED_PER_CTA)
+        .min(sm.smem_per_block)
+        .saturating_sub(SMEM_ALIGN);
+    (per_cta / DEC_STAGE_BYTES).clamp(DEC_MIN_STAGES, DEC_MAX_STAGES)
+}
+
+/// Dynamic shared memory of an attention launch whose ring has `stages` stages.
+pub fn attention_smem_bytes(stages: usize) -> usize {
+    ATTN_SMEM_BYTES.max(stages * DEC_STAGE_BYTES) + SMEM_ALIGN
 }
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.

@@ -45,7 +45,7 @@ pub const FIELDS: [&str; 41] = [
     "ws_lse_size",
     "shear_size",
     "scale",
-    "pad",
+    "ring_stages",
 ];
 
 /// Device pointers are raw `CUdeviceptr` values; 0 for a buffer a launch does not use.
@@ -92,7 +92,8 @@ pub struct Params {
     pub ws_lse_size: i64,
     pub shear_size: i64,
     pub scale: f32,
-    pub pad: i32,
+    /// Stages of the single-query CTAs' K/V ring (`ring_stages`; sized into the launch's shared memory).
+    pub ring_stages: i32,
 }
 
 /// Bytes of the C struct (40 eight-byte fields and one f32 + i32 pair).

@@ -10,8 +10,8 @@ use crate::routing::PathId;
 use sha2::{Digest, Sha256};
 
 /// The architectures the compile-only check covers (every routed family plus SM120).
-pub const CHECK_ARCHS: [&str; 8] = [
-    "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120",
+pub const CHECK_ARCHS: [&str; 9] = [
+    "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_103", "sm_110", "sm_120",
 ];
 
 /// Compile-time switches of a build.

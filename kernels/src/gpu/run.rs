@@ -5,8 +5,12 @@
 use super::device::{is_fault, Gpu, Loaded};
 use super::error::{driver, GpuError};
 use super::ffi;
-use super::launch_plan::{plan_launches, LaunchPlan, Splits, CTA_THREADS, HEAD_DIM};
+use super::launch_plan::{
+    attention_smem_bytes, plan_launches, ring_stages, LaunchPlan, Splits, CTA_THREADS,
+    DEC_MIN_STAGES, HEAD_DIM,
+};
 use super::params::Params;
+use super::source::Stage;
 use super::upload::{bits_at, unwritten_bits, DeviceProblem};
 use crate::routing::PathId;
 use cudarc::driver::{sys, CudaSlice, DevicePtr, DriverError};
@@ -103,9 +107,30 @@ pub fn run_path(
     image.resize(image.len().max(4), 0);
     let out = stream.clone_htod(&image).map_err(driver("poisoning out"))?;
 
-    let params = params(
+    // The attention launch's ring depth and shared memory, for the CTAs an SM can hold.
+    let attention = plan
+        .launches
+        .iter()
+        .find(|l| matches!(l.stage, Stage::Main | Stage::Decode))
+        .map(|l| loaded.function(path, l.stage, g.dtype))
+        .transpose()?;
+    let resident = match attention {
+        Some((_, f)) => {
+            f.occupancy_max_active_blocks_per_multiprocessor(
+                CTA_THREADS,
+                attention_smem_bytes(DEC_MIN_STAGES),
+                None,
+            )
+            .map_err(driver("reading the attention kernel's occupancy"))? as usize
+        }
+        None => 1,
+    };
+    let stages = ring_stages(&plan, g, &gpu.sm_limits(resident));
+    let smem = attention_smem_bytes(stages) as u32;
+    let mut params = params(
         gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len,
     );
+    params.ring_stages = stages as i32;
     let start = gpu
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -118,7 +143,11 @@ pub fn run_path(
     let mut kernels = Vec::new();
     for launch in &plan.launches {
         let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
-        ffi::launch(stream, func, launch.grid, CTA_THREADS, &params)
+        let dynamic = match launch.stage {
+            Stage::Main | Stage::Decode => smem,
+            Stage::Prologue | Stage::Combine | Stage::Merge => 0,
+        };
+        ffi::launch(stream, func, launch.grid, CTA_THREADS, dynamic, &params)
             .map_err(after_launch(&name))?;
         if loaded.variant.bounds_check {
             // Synchronise per kernel so a trap names the kernel that raised it.
@@ -220,7 +249,7 @@ fn params(
         ws_lse_size: i(ws_lse_len),
         shear_size: i(shear_len),
         scale: g.softmax_scale as f32,
-        pad: 0,
+        ring_stages: DEC_MIN_STAGES as i32,
     }
 }
 
