@@ -326,8 +326,15 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
     st_out<T>(p, (t * p.H + h) * HEAD_DIM + c, acc / wsum);
 }
 
+// Attention CTAs an SM should hold: 3 on sm_90a (the wgmma kernels fit 168 registers), else
+// what the registers give (the mma.sync kernels use up to 255).
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+#define ATTN_CTAS_PER_SM 3
+#else
+#define ATTN_CTAS_PER_SM 1
+#endif
 #define RELATTN_ENTRY(name, fn, T) \
-    extern "C" __global__ void __launch_bounds__(THREADS) name(Params p) { fn<T>(p); }
+    extern "C" __global__ void __launch_bounds__(THREADS, ATTN_CTAS_PER_SM) name(Params p) { fn<T>(p); }
 // An entry whose CTAs should fit DECODE_CTAS_PER_SM to an SM (at most 65536 / (THREADS x that)
 // registers per thread): the decode-only kernels, bound by the bytes in flight.
 #define DECODE_CTAS_PER_SM 3

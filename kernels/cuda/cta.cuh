@@ -139,12 +139,10 @@ __device__ __forceinline__ bool kv_aligned16(const Params& p) {
     return ((unsigned long long)p.kv & 15ull) == 0 && (all & 7) == 0;
 }
 
-// Element index of the 16-byte chunk `ch` of key j's row in one view (K or V: offset, block,
-// slot and head strides) of the CTA's request and KV head. A 128-key span crosses pages, so each
-// row is found through the block table on its own.
-__device__ __forceinline__ i64 kv_chunk(const Params& p, const Cta& c, i64 block, unsigned slot_in_page, i64 off,
-                                        i64 blk, i64 slot, i64 head, int ch) {
-    const i64 e = off + block * blk + (i64)slot_in_page * slot + c.kvh * head + ch * 8;
+// A 16-byte chunk's first element index in the cache buffer, checked (with its last element)
+// under RELATTN_BOUNDS_CHECK. A 128-key span crosses pages, so each key row is found through the
+// block table on its own.
+__device__ __forceinline__ i64 kv_elem(const Params& p, i64 e) {
     check_index(e, p.kv_size);
     check_index(e + 7, p.kv_size);
     return e;
@@ -184,18 +182,27 @@ template <int NKEYS> struct TileRows {
 };
 
 // Keys outside the CTA's [lo, hi) are neither read nor used (their block-table entries are not
-// read either). Every thread of the CTA must call this.
+// read either). Power-of-two page sizes take shifts instead of a division, and a tile inside one
+// page reads its block-table entry once. Every thread of the CTA must call this.
 template <int NKEYS> __device__ __forceinline__ TileRows<NKEYS> fetch_rows(const Params& p, const Cta& c, i64 j0) {
     TileRows<NKEYS> t;
     const int r0 = threadIdx.x >> 4;
-    const unsigned ps = (unsigned)p.page_size;
+    const unsigned ps = (unsigned)p.page_size, first = (unsigned)j0;
+    const bool pow2 = (ps & (ps - 1)) == 0;
+    const int sh = __ffs((int)ps) - 1;
+    const i64 row0 = c.b * p.bt_stride;
+    // Uniform over the CTA: every row of the tile lies in the page of its first key.
+    const bool one_page = pow2 && (first >> sh) == ((first + NKEYS - 1) >> sh);
+    const bool any = j0 + NKEYS > c.lo && j0 < c.hi;
+    const int shared_block = one_page && any ? (int)ld_block(p, row0 + (first >> sh)) : -1;
 #pragma unroll
     for (int k = 0; k < TileRows<NKEYS>::PER; ++k) {
-        const i64 j = j0 + r0 + 8 * k;
-        const bool in = j >= c.lo && j < c.hi;
-        const unsigned page = (unsigned)j / ps;
-        t.slot[k] = (unsigned)j - page * ps;
-        t.block[k] = in ? (int)ld_block(p, c.b * p.bt_stride + page) : -1;
+        const unsigned j = first + r0 + 8 * k;
+        const bool in = (i64)j >= c.lo && (i64)j < c.hi;
+        const unsigned page = pow2 ? j >> sh : j / ps;
+        t.slot[k] = pow2 ? j & (ps - 1) : j - page * ps;
+        if (one_page) t.block[k] = in ? shared_block : -1;
+        else t.block[k] = in ? (int)ld_block(p, row0 + page) : -1;
     }
     return t;
 }
@@ -203,22 +210,24 @@ template <int NKEYS> __device__ __forceinline__ TileRows<NKEYS> fetch_rows(const
 // Copy the rows `t` of K (when WITH_K) and of V (when WITH_V) into [NKEYS][HEAD_DIM] tiles at
 // those shared addresses (layout `tile_at<NKEYS, WG>`), asynchronously: one 16-byte chunk per
 // thread and row. Keys outside [lo, hi) become zeros, so garbage (NaN) in pages nobody may read
-// never reaches the arithmetic (0 * NaN would). Every thread of the CTA must call this.
+// never reaches the arithmetic (0 * NaN would). A row's offset in the cache is computed once for
+// K and V when their block and slot strides agree (the packed layouts). Every thread of the CTA
+// must call this.
 template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false>
 __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS>& t, unsigned k_dst,
                                             unsigned v_dst, bool aligned) {
     const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+    const i64 kb = p.k_off + c.kvh * p.k_head + ch * 8, vb = p.v_off + c.kvh * p.v_head + ch * 8;
+    const bool same = p.k_block == p.v_block && p.k_slot == p.v_slot;
 #pragma unroll
     for (int k = 0; k < TileRows<NKEYS>::PER; ++k) {
         const int r = r0 + 8 * k;
         const unsigned at = tile_at<NKEYS, WG>(r, ch);
         if (t.block[k] >= 0) {
-            if (WITH_K)
-                copy_chunk(p, k_dst + at, kv_chunk(p, c, t.block[k], t.slot[k], p.k_off, p.k_block, p.k_slot, p.k_head, ch),
-                           aligned);
-            if (WITH_V)
-                copy_chunk(p, v_dst + at, kv_chunk(p, c, t.block[k], t.slot[k], p.v_off, p.v_block, p.v_slot, p.v_head, ch),
-                           aligned);
+            const i64 ko = (i64)t.block[k] * p.k_block + (i64)t.slot[k] * p.k_slot;
+            const i64 vo = same ? ko : (i64)t.block[k] * p.v_block + (i64)t.slot[k] * p.v_slot;
+            if (WITH_K) copy_chunk(p, k_dst + at, kv_elem(p, kb + ko), aligned);
+            if (WITH_V) copy_chunk(p, v_dst + at, kv_elem(p, vb + vo), aligned);
         } else {
             if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
             if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
