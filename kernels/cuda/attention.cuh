@@ -212,12 +212,27 @@ __device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
 template <class T, class Row>
 __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const unsigned ring = smem_addr(smem);
+    // Q (16 rows) sits in shared memory ahead of the ring and is read by ldmatrix per tile,
+    // which keeps the loop's registers below what the query-block kernels are built for.
+    const unsigned sq = smem_addr(smem), ring = sq + DEC_Q_BYTES;
     const unsigned stage_bytes = DEC_STAGE_BYTES, v_at = DEC_TILE * HEAD_DIM * 2;
     const int stages = (int)imin(imax(p.ring_stages, DEC_MIN_STAGES), DEC_MAX_STAGES);
     const Row ra(p, c, g), rb(p, c, g + 8);
-    unsigned qf[8][4];
-    load_q_frag(p, ra, rb, tq, qf);
+    {
+        unsigned qf[8][4];
+        load_q_frag(p, ra, rb, tq, qf);
+        if (warp == 0) {  // every warp holds the same fragments
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                const unsigned lo = (unsigned)(2 * tq) * 2u;  // bytes into the 16-byte chunk
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(sq + swz(g, 2 * ks) + lo), "r"(qf[ks][0]) : "memory");
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(sq + swz(g + 8, 2 * ks) + lo), "r"(qf[ks][1]) : "memory");
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(sq + swz(g, 2 * ks + 1) + lo), "r"(qf[ks][2]) : "memory");
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(sq + swz(g + 8, 2 * ks + 1) + lo), "r"(qf[ks][3]) : "memory");
+            }
+        }
+    }
+    const int q_row = lane & 15, q_ch = lane >> 4;
     float o[16][4];
 #pragma unroll
     for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -269,10 +284,11 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
         for (int n = 0; n < 2; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
-            unsigned b0, b1, b2, b3;
+            unsigned a[4], b0, b1, b2, b3;
+            ldsm_x4(sq + swz(q_row, 2 * ks + q_ch), a[0], a[1], a[2], a[3]);
             ldsm_x4(sk + swz(k_row, 2 * ks + k_ch), b0, b1, b2, b3);
-            Tc<T>::mma(acc[0], qf[ks], b0, b1);
-            Tc<T>::mma(acc[1], qf[ks], b2, b3);
+            Tc<T>::mma(acc[0], a, b0, b1);
+            Tc<T>::mma(acc[1], a, b2, b3);
         }
 #pragma unroll
         for (int n = 0; n < 2; ++n)

@@ -43,16 +43,19 @@ typedef long long i64;
 #define DEC_TILE 64
 #define DEC_STAGE_BYTES 32768
 #define DEC_MIN_STAGES 2
-#define DEC_MAX_STAGES 7
+#define DEC_MAX_STAGES 6
+// Their Q tile (16 rows), in shared memory ahead of the ring.
+#define DEC_Q_BYTES 4096
 // Attention CTAs take their shared memory dynamically: at least ATTN_SMEM_BYTES (the query
 // block's Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring and the decode
 // merge), plus SMEM_ALIGN bytes of slack so the kernel can align its tiles to SMEM_ALIGN.
-#define ATTN_SMEM_BYTES 65536
+#define ATTN_SMEM_BYTES 69632
 #define SMEM_ALIGN 1024
 static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
 static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
 static_assert(ATTN_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
-static_assert(ATTN_SMEM_BYTES >= DEC_MIN_STAGES * DEC_STAGE_BYTES, "the minimal decode ring fits");
+static_assert(ATTN_SMEM_BYTES >= DEC_Q_BYTES + DEC_MIN_STAGES * DEC_STAGE_BYTES, "the minimal decode ring fits");
+static_assert(DEC_Q_BYTES == 16 * HEAD_DIM * 2, "Q of a single-query CTA: 16 rows");
 static_assert(ATTN_SMEM_BYTES >= (4 * 16 * HEAD_DIM + 2 * 4 * 16) * 4, "the decode merge fits");
 static_assert(ATTN_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
 #define LOG2E 1.4426950408889634f

@@ -5,7 +5,7 @@ use relattn_kernels::gpu::{
     attention_smem_bytes, decode_split_keys, files, native_arch, out_poison, padding_bits,
     plan_launches, policy_splits, ring_stages, sheared_split_keys, unwritten_bits, Geometry,
     GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES,
-    DEC_MIN_STAGES, DEC_STAGE_BYTES, SHEAR_TILE, SMEM_ALIGN,
+    DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, SHEAR_TILE, SMEM_ALIGN,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -268,6 +268,7 @@ fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("DEC_MAX_STAGES"), Some(DEC_MAX_STAGES));
     assert_eq!(c_define("ATTN_SMEM_BYTES"), Some(ATTN_SMEM_BYTES));
     assert_eq!(c_define("SMEM_ALIGN"), Some(SMEM_ALIGN));
+    assert_eq!(c_define("DEC_Q_BYTES"), Some(DEC_Q_BYTES));
     assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
     assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
     // The prologue grid counts 32-row blocks of one head.

@@ -25,10 +25,12 @@ pub const SHEAR_TILE: usize = 128;
 pub const DEC_STAGE_BYTES: usize = 32768;
 /// Ring depths the kernels accept; mirror `DEC_MIN_STAGES` and `DEC_MAX_STAGES`.
 pub const DEC_MIN_STAGES: usize = 2;
-pub const DEC_MAX_STAGES: usize = 7;
+pub const DEC_MAX_STAGES: usize = 6;
+/// Shared memory of a single-query CTA's Q tile, ahead of its ring; mirrors `DEC_Q_BYTES`.
+pub const DEC_Q_BYTES: usize = 4096;
 /// Least dynamic shared memory of an attention CTA before alignment slack; mirrors
 /// `ATTN_SMEM_BYTES`.
-pub const ATTN_SMEM_BYTES: usize = 65536;
+pub const ATTN_SMEM_BYTES: usize = 69632;
 /// Alignment the kernels give their tiles inside the dynamic shared memory (the launch adds this
 /// much slack); mirrors `SMEM_ALIGN`.
 pub const SMEM_ALIGN: usize = 1024;
@@ -174,13 +176,13 @@ pub fn ring_stages(plan: &LaunchPlan, g: &Geometry, sm: &SmLimits) -> usize {
     let per_cta = (sm.smem_per_sm / per_sm)
         .saturating_sub(SMEM_RESERVED_PER_CTA)
         .min(sm.smem_per_block)
-        .saturating_sub(SMEM_ALIGN);
+        .saturating_sub(SMEM_ALIGN + DEC_Q_BYTES);
     (per_cta / DEC_STAGE_BYTES).clamp(DEC_MIN_STAGES, DEC_MAX_STAGES)
 }
 
 /// Dynamic shared memory of an attention launch whose ring has `stages` stages.
 pub fn attention_smem_bytes(stages: usize) -> usize {
-    ATTN_SMEM_BYTES.max(stages * DEC_STAGE_BYTES) + SMEM_ALIGN
+    ATTN_SMEM_BYTES.max(DEC_Q_BYTES + stages * DEC_STAGE_BYTES) + SMEM_ALIGN
 }
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.

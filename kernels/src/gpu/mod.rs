@@ -33,7 +33,7 @@ pub use geometry::Geometry;
 pub use launch_plan::{
     attention_smem_bytes, decode_split_keys, plan_launches, policy_splits, ring_stages,
     sheared_split_keys, streams_kv, Launch, LaunchPlan, SmLimits, Splits, ATTN_SMEM_BYTES,
-    CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_STAGE_BYTES, HEAD_DIM,
+    CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, HEAD_DIM,
     SHEARED_POLICY_ARCH, SHEAR_TILE, SMEM_ALIGN,
 };
 pub use mutant::Mutant;
