@@ -1,6 +1,42 @@
 // The attention loops (part 3 of the shared device code, after cta.cuh): tensor-core query
 // blocks, single-query decode CTAs, the fp32 FMA loop, and the dispatch between them.
 
+// Scores of a query block's key tile [kt, kt + 8 NT) into the log2 domain with each cell's bias
+// (-inf where masked) for the thread's rows ra (cells 0, 1) and rb (cells 2, 3). The bias is added
+// after the products (holding it through them costs the registers the MMA pipeline needs); far
+// tiles have no bias work at all.
+template <int NT, class Row>
+__device__ __forceinline__ void scale_and_bias(const Params& p, const Cta& c, const Row& ra, const Row& rb, i64 kt,
+                                               int tq, float scale2, float (&s)[NT][4]) {
+    if (far_tile(p, c, kt, 8 * NT)) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
+    } else {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int j = (int)kt + 8 * n + 2 * tq;
+            float x[4];
+            bias_cells(p, c, ra, j, x[0], x[1]);
+            bias_cells(p, c, rb, j, x[2], x[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] = fmaf(s[n][e], scale2, x[e]);
+        }
+    }
+}
+
+// Rescale the output rows of the thread (cells 0, 1: row a; 2, 3: row b) by the softmax's alpha.
+template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+    }
+}
+
 // A query block on tensor cores. Warp w owns virtual rows [16 w, 16 w + 16): S = Q K^T and
 // O += P V with m16n8k16 MMAs, Q in registers, K and V tiles of KEY_TILE keys in swizzled shared
 // memory. The copy of V(n) overlaps Q K^T(n) and that of K(n + 1) the softmax and P V(n).
@@ -45,37 +81,14 @@ __device__ void mma_main(const Params& p, const Cta& c, unsigned char* smem) {
                 Tc<T>::mma(s[2 * np + 1], qf[ks], b2, b3);
             }
         }
-        // Scale and bias (after the MMAs: holding the bias through them costs the registers
-        // the MMA pipeline needs; far tiles have no bias work at all).
-        if (far_tile(p, c, kt, KEY_TILE)) {
-#pragma unroll
-            for (int n = 0; n < 8; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
-        } else {
-#pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                const int j = (int)kt + 8 * n + 2 * tq;
-                float x[4];
-                bias_cells(p, c, ra, j, x[0], x[1]);
-                bias_cells(p, c, rb, j, x[2], x[3]);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[n][e] = fmaf(s[n][e], scale2, x[e]);
-            }
-        }
+        scale_and_bias(p, c, ra, rb, kt, tq, scale2, s);
         __syncthreads();  // every warp is done with K(it)
         if (it + 1 < nt) load_tiles<KEY_TILE, true, false>(p, c, kt + KEY_TILE, sk, 0u, aligned);
         cp_async_commit();
         unsigned pa[4][4];
         float alpha[2];
         softmax_tile<T, 8>(s, m, l, alpha, pa);
-#pragma unroll
-        for (int n = 0; n < 16; ++n) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
-        }
+        rescale(o, alpha);
         cp_async_wait<1>();  // V(it) has landed
         __syncthreads();
 #pragma unroll
@@ -156,35 +169,14 @@ __device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
         wg_commit();
         wg_wait0();
         wg_hold(s);
-        if (far_tile(p, c, kt, KEY_TILE)) {
-#pragma unroll
-            for (int n = 0; n < 8; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
-        } else {
-#pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                const int j = (int)kt + 8 * n + 2 * tq;
-                float x[4];
-                bias_cells(p, c, ra, j, x[0], x[1]);
-                bias_cells(p, c, rb, j, x[2], x[3]);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[n][e] = fmaf(s[n][e], scale2, x[e]);
-            }
-        }
+        scale_and_bias(p, c, ra, rb, kt, tq, scale2, s);
         __syncthreads();  // every warp is done with K(it)
         if (it + 1 < nt) load_tiles<KEY_TILE, true, false, true>(p, c, kt + KEY_TILE, sk, 0u, aligned);
         cp_async_commit();
         unsigned pa[4][4];
         float alpha[2];
         softmax_tile<T, 8>(s, m, l, alpha, pa);
-#pragma unroll
-        for (int n = 0; n < 16; ++n) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
-        }
+        rescale(o, alpha);
         cp_async_wait<1>();  // V(it) has landed
         fence_proxy_async();
         __syncthreads();
@@ -297,13 +289,7 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
         unsigned pa[1][4];
         float alpha[2];
         softmax_tile<T, 2>(s, m, l, alpha, pa);
-#pragma unroll
-        for (int n = 0; n < 16; ++n) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
-        }
+        rescale(o, alpha);
 #pragma unroll
         for (int dp = 0; dp < 8; ++dp) {
             unsigned b0, b1, b2, b3;
