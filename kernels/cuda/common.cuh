@@ -51,11 +51,17 @@ typedef long long i64;
 // merge), plus SMEM_ALIGN bytes of slack so the kernel can align its tiles to SMEM_ALIGN.
 #define ATTN_SMEM_BYTES 69632
 #define SMEM_ALIGN 1024
+// Launches without single-query CTAs (no request with q_len 1, or G > 16, or fp32) need only the
+// query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN.
+#define QUERY_SMEM_BYTES 49152
 static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
 static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
-static_assert(ATTN_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
+static_assert(QUERY_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
+static_assert(QUERY_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
+static_assert(ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES, "a launch with single-query CTAs runs query blocks too");
 static_assert(ATTN_SMEM_BYTES >= DEC_Q_BYTES + DEC_MIN_STAGES * DEC_STAGE_BYTES, "the minimal decode ring fits");
 static_assert(DEC_Q_BYTES == 16 * HEAD_DIM * 2, "Q of a single-query CTA: 16 rows");
+static_assert(MMA_ROWS == KEY_TILE, "the wgmma kernel lays Q out like a key tile");
 static_assert(ATTN_SMEM_BYTES >= (4 * 16 * HEAD_DIM + 2 * 4 * 16) * 4, "the decode merge fits");
 static_assert(ATTN_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
 #define LOG2E 1.4426950408889634f
@@ -330,7 +336,7 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
 }
 
 // Attention CTAs an SM should hold: 3 on sm_90a (the wgmma kernels fit 168 registers), else
-// what the registers give (the mma.sync kernels use up to 255).
+// what the registers and shared memory give (the mma.sync kernels use up to 255 registers).
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 #define ATTN_CTAS_PER_SM 3
 #else
@@ -339,8 +345,13 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
 #define RELATTN_ENTRY(name, fn, T) \
     extern "C" __global__ void __launch_bounds__(THREADS, ATTN_CTAS_PER_SM) name(Params p) { fn<T>(p); }
 // An entry whose CTAs should fit DECODE_CTAS_PER_SM to an SM (at most 65536 / (THREADS x that)
-// registers per thread): the decode-only kernels, bound by the bytes in flight.
+// registers per thread): the decode-only kernels, bound by the bytes in flight; 3 on sm_90a (where
+// shared memory holds that many), else as many as the registers give.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
 #define DECODE_CTAS_PER_SM 3
+#else
+#define DECODE_CTAS_PER_SM 1
+#endif
 #define RELATTN_DECODE_ENTRY(name, fn, T) \
     extern "C" __global__ void __launch_bounds__(THREADS, DECODE_CTAS_PER_SM) name(Params p) { fn<T>(p); }
 

@@ -2,10 +2,11 @@
 //! split range formulas the kernels share, and the output poison image.
 
 use relattn_kernels::gpu::{
-    attention_smem_bytes, decode_split_keys, files, native_arch, out_poison, padding_bits,
-    plan_launches, policy_splits, ring_stages, sheared_split_keys, unwritten_bits, Geometry,
-    GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES,
-    DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, SHEAR_TILE, SMEM_ALIGN,
+    attention_smem_bytes, decode_split_keys, files, has_single_query_ctas, launch_smem_bytes,
+    native_arch, out_poison, padding_bits, plan_launches, policy_splits, ring_stages,
+    sheared_split_keys, unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage,
+    ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES,
+    DEC_STAGE_BYTES, QUERY_SMEM_BYTES, SHEAR_TILE, SMEM_ALIGN,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -289,45 +290,49 @@ fn grid_constants_mirror_the_kernels() {
     }
 }
 
-/// An H200's SMs: 132 of 228 KiB, 227 KiB per CTA, two attention CTAs by registers.
+/// An H200's SMs: 132 of 228 KiB, 227 KiB per CTA, three sm_90a attention CTAs by registers.
 const H200: SmLimits = SmLimits {
     sm_count: 132,
     smem_per_sm: 233_472,
     smem_per_block: 232_448,
-    resident_ctas: 2,
+    resident_ctas: 3,
 };
+
+/// Shared memory `n` CTAs of `bytes` dynamic shared memory take on an SM (the driver reserves
+/// 1 KiB per CTA).
+fn on_sm(n: usize, bytes: usize) -> usize {
+    n * (bytes + 1024)
+}
 
 #[test]
 fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     // decode128k-like, scaled down in length (the ring depends on CTAs, not on Lk): fallback's
-    // policy gives 32 splits x 8 KV heads = 256 CTAs, two per SM: 3 stages of 32 KiB each.
+    // policy gives 32 splits x 8 KV heads = 256 CTAs, two per SM: 3 stages of 32 KiB each, the
+    // deepest ring two CTAs fit.
     let decode = geometry(&GenSpec::global(64, 8, vec![(1, 9000)], 3));
     let fallback = plan_launches(PathId::Fallback, &decode, Splits::Forced(32)).unwrap();
     let s = ring_stages(&fallback, &decode, &H200);
     assert_eq!(s, 3);
-    let per_cta = attention_smem_bytes(s) + 1024;
-    assert!(2 * per_cta <= H200.smem_per_sm, "two CTAs still fit");
-    assert!(3 * (attention_smem_bytes(s + 1) + 1024) > H200.smem_per_sm || s + 1 > DEC_MAX_STAGES);
+    assert!(on_sm(2, attention_smem_bytes(s)) <= H200.smem_per_sm);
+    assert!(on_sm(2, attention_smem_bytes(s + 1)) > H200.smem_per_sm);
+    assert_eq!(launch_smem_bytes(&decode, s), attention_smem_bytes(s));
     // 16 splits x 8 = 128 CTAs: one per SM, the deepest ring.
     let sheared = plan_launches(PathId::ShearedBias, &decode, Splits::Forced(16)).unwrap();
     assert_eq!(ring_stages(&sheared, &decode, &H200), DEC_MAX_STAGES);
-    assert!(attention_smem_bytes(DEC_MAX_STAGES) + 1024 <= H200.smem_per_sm);
+    assert!(on_sm(1, attention_smem_bytes(DEC_MAX_STAGES)) <= H200.smem_per_sm);
     assert!(attention_smem_bytes(DEC_MAX_STAGES) <= H200.smem_per_block);
-    // Many CTAs: as many per SM as registers allow, never fewer stages than the minimum.
+    // 1024 CTAs: as many per SM as registers allow (3 on sm_90a: the minimum ring; 2: 3 stages).
     let batch = geometry(&GenSpec::global(64, 8, vec![(1, 64); 32], 3));
     let wide = plan_launches(PathId::Fallback, &batch, Splits::Forced(4)).unwrap();
-    assert_eq!(
-        ring_stages(&wide, &batch, &H200),
-        3,
-        "1024 CTAs, two resident"
-    );
-    let many = SmLimits {
-        resident_ctas: 8,
+    assert_eq!(ring_stages(&wide, &batch, &H200), DEC_MIN_STAGES);
+    assert!(on_sm(3, attention_smem_bytes(DEC_MIN_STAGES)) <= H200.smem_per_sm);
+    let two = SmLimits {
+        resident_ctas: 2,
         ..H200
     };
-    assert_eq!(ring_stages(&wide, &batch, &many), DEC_MIN_STAGES);
+    assert_eq!(ring_stages(&wide, &batch, &two), 3);
     assert_eq!(
-        ring_stages(&fallback, &decode, &many),
+        ring_stages(&fallback, &decode, &two),
         3,
         "256 CTAs: two per SM"
     );
@@ -339,7 +344,15 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
         resident_ctas: 1,
     };
     let s = ring_stages(&fallback, &decode, &small);
-    assert!(attention_smem_bytes(s) + 1024 <= small.smem_per_sm && s >= DEC_MIN_STAGES);
+    assert!(on_sm(1, attention_smem_bytes(s)) <= small.smem_per_sm && s >= DEC_MIN_STAGES);
+    // Degenerate limits never divide by zero and keep the minimum.
+    let none = SmLimits {
+        sm_count: 0,
+        smem_per_sm: 0,
+        smem_per_block: 0,
+        resident_ctas: 0,
+    };
+    assert_eq!(ring_stages(&fallback, &decode, &none), DEC_MIN_STAGES);
     // Query blocks and mixed batches keep the minimum (their CTAs do not stream a ring).
     let prefill = geometry(&GenSpec::global(64, 8, vec![(64, 200)], 3));
     let main = plan_launches(PathId::ScoreMod, &prefill, Splits::Policy).unwrap();
@@ -349,9 +362,40 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
         ATTN_SMEM_BYTES + SMEM_ALIGN
     );
     // G > 16: single-query CTAs are query blocks too.
-    let wide = geometry(&GenSpec::global(32, 1, vec![(1, 9000)], 3));
-    let plan = plan_launches(PathId::ScoreMod, &wide, Splits::Policy).unwrap();
-    assert_eq!(ring_stages(&plan, &wide, &H200), DEC_MIN_STAGES);
+    let wide_group = geometry(&GenSpec::global(32, 1, vec![(1, 9000)], 3));
+    let plan = plan_launches(PathId::ScoreMod, &wide_group, Splits::Policy).unwrap();
+    assert_eq!(ring_stages(&plan, &wide_group, &H200), DEC_MIN_STAGES);
+}
+
+#[test]
+fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
+    // Prefill only: two CTAs fit a 100 KiB SM.
+    let prefill = geometry(&GenSpec::global(64, 8, vec![(64, 200), (9, 40)], 3));
+    assert!(!has_single_query_ctas(&prefill));
+    assert_eq!(
+        launch_smem_bytes(&prefill, 3),
+        QUERY_SMEM_BYTES + SMEM_ALIGN
+    );
+    assert!(on_sm(2, launch_smem_bytes(&prefill, 3)) <= 102_400);
+    // A q_len-1 request anywhere in the batch brings the ring.
+    let mixed = geometry(&GenSpec::global(64, 8, vec![(64, 200), (1, 40)], 3));
+    assert!(has_single_query_ctas(&mixed));
+    assert_eq!(
+        launch_smem_bytes(&mixed, DEC_MIN_STAGES),
+        attention_smem_bytes(DEC_MIN_STAGES)
+    );
+    // fp32 runs the FMA loop, and G > 16 query blocks, even for q_len 1.
+    let mut fp32 = GenSpec::global(8, 2, vec![(1, 40)], 3);
+    fp32.dtype = DType::F32;
+    assert!(!has_single_query_ctas(&geometry(&fp32)));
+    assert!(!has_single_query_ctas(&geometry(&GenSpec::global(
+        32,
+        1,
+        vec![(1, 40)],
+        3
+    ))));
+    // The C side states the same sizes.
+    assert_eq!(c_define("QUERY_SMEM_BYTES"), Some(QUERY_SMEM_BYTES));
 }
 
 #[test]

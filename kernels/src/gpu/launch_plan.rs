@@ -8,6 +8,7 @@ use super::error::GpuError;
 use super::geometry::Geometry;
 use super::source::Stage;
 use crate::routing::{self, Capability, PathId};
+use relattn_reference::DType;
 use std::ops::Range;
 
 /// Virtual rows (query row x query head of one KV head's group) an attention CTA computes;
@@ -31,6 +32,9 @@ pub const DEC_Q_BYTES: usize = 4096;
 /// Least dynamic shared memory of an attention CTA before alignment slack; mirrors
 /// `ATTN_SMEM_BYTES`.
 pub const ATTN_SMEM_BYTES: usize = 69632;
+/// Least dynamic shared memory of a launch without single-query CTAs, before alignment slack;
+/// mirrors `QUERY_SMEM_BYTES`.
+pub const QUERY_SMEM_BYTES: usize = 49152;
 /// Alignment the kernels give their tiles inside the dynamic shared memory (the launch adds this
 /// much slack); mirrors `SMEM_ALIGN`.
 pub const SMEM_ALIGN: usize = 1024;
@@ -149,10 +153,16 @@ pub struct SmLimits {
     pub resident_ctas: usize,
 }
 
+/// Whether any attention CTA of this problem is a single-query CTA (a request with q_len 1,
+/// G <= 16, bf16 or fp16): the only CTAs that use the K/V ring (mirrors `run_cta`).
+pub fn has_single_query_ctas(g: &Geometry) -> bool {
+    g.dtype != DType::F32 && g.group() <= 16 && g.q_lens.contains(&1)
+}
+
 /// Whether the attention CTAs of this problem are all single-query streaming CTAs (a decode-only
-/// batch with G <= 16), the only ones whose shared memory grows with the ring.
+/// batch with G <= 16, bf16 or fp16), the launches whose ring may grow past the minimum.
 pub fn streams_kv(g: &Geometry) -> bool {
-    g.decode_only() && g.group() <= 16
+    g.decode_only() && has_single_query_ctas(g)
 }
 
 /// Depth of the single-query CTAs' K/V ring. Decode is bound by the bytes in flight, so each
@@ -180,9 +190,21 @@ pub fn ring_stages(plan: &LaunchPlan, g: &Geometry, sm: &SmLimits) -> usize {
     (per_cta / DEC_STAGE_BYTES).clamp(DEC_MIN_STAGES, DEC_MAX_STAGES)
 }
 
-/// Dynamic shared memory of an attention launch whose ring has `stages` stages.
+/// Dynamic shared memory of an attention launch with single-query CTAs whose ring has `stages`
+/// stages.
 pub fn attention_smem_bytes(stages: usize) -> usize {
     ATTN_SMEM_BYTES.max(DEC_Q_BYTES + stages * DEC_STAGE_BYTES) + SMEM_ALIGN
+}
+
+/// Dynamic shared memory of a problem's attention launch: with single-query CTAs their ring
+/// (`attention_smem_bytes`), else only the query block's tiles, so GPUs with 100 KiB per SM
+/// still hold two query-block CTAs.
+pub fn launch_smem_bytes(g: &Geometry, stages: usize) -> usize {
+    if has_single_query_ctas(g) {
+        attention_smem_bytes(stages)
+    } else {
+        QUERY_SMEM_BYTES + SMEM_ALIGN
+    }
 }
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.

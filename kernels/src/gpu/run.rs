@@ -6,8 +6,8 @@ use super::device::{is_fault, Gpu, Loaded};
 use super::error::{driver, GpuError};
 use super::ffi;
 use super::launch_plan::{
-    attention_smem_bytes, plan_launches, ring_stages, LaunchPlan, Splits, CTA_THREADS,
-    DEC_MIN_STAGES, HEAD_DIM,
+    attention_smem_bytes, launch_smem_bytes, plan_launches, ring_stages, LaunchPlan, Splits,
+    CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
 };
 use super::params::Params;
 use super::source::Stage;
@@ -126,7 +126,7 @@ pub fn run_path(
         None => 1,
     };
     let stages = ring_stages(&plan, g, &gpu.sm_limits(resident));
-    let smem = attention_smem_bytes(stages) as u32;
+    let smem = launch_smem_bytes(g, stages) as u32;
     let mut params = params(
         gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len,
     );
