@@ -37,38 +37,30 @@ template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], con
     }
 }
 
-// A query block on tensor cores. Warp w owns virtual rows [16 w, 16 w + 16): S = Q K^T and
-// O += P V with m16n8k16 MMAs, Q in registers, K and V tiles of KEY_TILE keys in swizzled shared
-// memory. The copy of V(n) overlaps Q K^T(n) and that of K(n + 1) the softmax and P V(n).
-template <class T, class Row>
-__device__ void mma_main(const Params& p, const Cta& c, unsigned char* smem) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const unsigned sk = smem_addr(smem), sv = sk + KEY_TILE * HEAD_DIM * 2;
-    const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
+// How a query block multiplies (the policy of `query_block`). mma.sync (every SM80+ GPU): warp w
+// owns virtual rows [16 w, 16 w + 16); m16n8k16 MMAs with Q in registers and K and V read from
+// XOR-swizzled tiles by `ldmatrix` (`.trans` for V).
+template <class T> struct SyncProducts {
+    static constexpr bool WG = false;  // tile layout of `tile_at`
+    unsigned sk, sv;
     unsigned qf[8][4];
-    load_q_frag(p, ra, rb, tq, qf);
-    float o[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-    const bool aligned = kv_aligned16(p);
-    const float scale2 = p.scale * LOG2E;
-    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
-    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
-    // ldmatrix row/chunk of this lane: K (B of Q K^T, two n-tiles per x4) and V (B of P V, .trans).
-    const int k_row = (lane & 7) + ((lane >> 4) << 3), k_ch = (lane >> 3) & 1;
-    const int v_row = (lane & 7) + (((lane >> 3) & 1) << 3), v_ch = lane >> 4;
-
-    if (nt > 0) load_tiles<KEY_TILE, true, false>(p, c, kt0, sk, 0u, aligned);
-    cp_async_commit();
-    for (int it = 0; it < nt; ++it) {
-        const i64 kt = kt0 + (i64)it * KEY_TILE;
-        __syncthreads();  // every warp is done with V(it - 1)
-        load_tiles<KEY_TILE, false, true>(p, c, kt, 0u, sv, aligned);
-        cp_async_commit();
-        cp_async_wait<1>();  // K(it) has landed
-        __syncthreads();
-        float s[8][4];
+    int k_row, k_ch, v_row, v_ch;
+    template <class Row>
+    __device__ __forceinline__ SyncProducts(const Params& p, const Cta&, const Row& ra, const Row& rb, int tq,
+                                            unsigned char* smem) {
+        const int lane = threadIdx.x & 31;
+        sk = smem_addr(smem);
+        sv = sk + KEY_TILE * HEAD_DIM * 2;
+        load_q_frag(p, ra, rb, tq, qf);
+        // ldmatrix row/chunk of this lane: K (B of Q K^T, two n-tiles per x4) and V (B of P V).
+        k_row = (lane & 7) + ((lane >> 4) << 3);
+        k_ch = (lane >> 3) & 1;
+        v_row = (lane & 7) + (((lane >> 3) & 1) << 3);
+        v_ch = lane >> 4;
+    }
+    // The thread's copies have landed: nothing more before the barrier.
+    __device__ __forceinline__ void landed() const {}
+    __device__ __forceinline__ void qk(float (&s)[8][4]) const {
 #pragma unroll
         for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
@@ -81,16 +73,8 @@ __device__ void mma_main(const Params& p, const Cta& c, unsigned char* smem) {
                 Tc<T>::mma(s[2 * np + 1], qf[ks], b2, b3);
             }
         }
-        scale_and_bias(p, c, ra, rb, kt, tq, scale2, s);
-        __syncthreads();  // every warp is done with K(it)
-        if (it + 1 < nt) load_tiles<KEY_TILE, true, false>(p, c, kt + KEY_TILE, sk, 0u, aligned);
-        cp_async_commit();
-        unsigned pa[4][4];
-        float alpha[2];
-        softmax_tile<T, 8>(s, m, l, alpha, pa);
-        rescale(o, alpha);
-        cp_async_wait<1>();  // V(it) has landed
-        __syncthreads();
+    }
+    __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&pa)[4][4]) const {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -102,28 +86,26 @@ __device__ void mma_main(const Params& p, const Cta& c, unsigned char* smem) {
             }
         }
     }
-    cp_async_wait<0>();
-    const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
-    store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
-    store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
-}
+};
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// A query block on sm_90a: the same CTA as `mma_main` with the two products on warpgroup MMAs.
-// Q (64 virtual rows), K and V tiles of KEY_TILE keys sit in shared memory in the canonical
+// wgmma (sm_90a): Q (64 virtual rows), K and V tiles in shared memory in the canonical
 // 128-byte-swizzled layout (`tile_at<N, true>`, 1024-byte aligned): S = Q K^T is 8 m64n64k16
 // steps with both operands in shared memory, O += P V 4 m64n128k16 steps with P in registers and
-// V read transposed. Copies overlap as in `mma_main` (V(n) during Q K^T(n), K(n + 1) during the
-// softmax and P V(n)). Scores and the output stay in registers in the mma.sync fragment layout.
-template <class T, class Row>
-__device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
-    constexpr unsigned TILE_BYTES = KEY_TILE * HEAD_DIM * 2, HALF = KEY_TILE * 128;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const unsigned sq = smem_addr(smem), sk = sq + TILE_BYTES, sv = sk + TILE_BYTES;
-    const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
+// V read transposed; scores and output stay in the mma.sync fragment layout.
+template <class T> struct WgProducts {
+    static constexpr bool WG = true;
+    static constexpr unsigned TILE_BYTES = KEY_TILE * HEAD_DIM * 2, HALF = KEY_TILE * 128;
+    unsigned sq, sk, sv;
     // Q: virtual row r = 16 w + 8 h + g of the block; thread x copies chunk x % 16 of rows
-    // x / 16 + 8 k (the rows of `issue_tiles`), zeros for rows not computed.
-    {
+    // x / 16 + 8 k (the rows of `issue_tiles`), zeros for rows not computed; the copies join the
+    // first K tile's group.
+    template <class Row>
+    __device__ __forceinline__ WgProducts(const Params& p, const Cta& c, const Row&, const Row&, int,
+                                          unsigned char* smem) {
+        sq = smem_addr(smem);
+        sk = sq + TILE_BYTES;
+        sv = sk + TILE_BYTES;
         const int ch = threadIdx.x & 15;
 #pragma unroll
         for (int k = 0; k < MMA_ROWS / 8; ++k) {
@@ -140,26 +122,9 @@ __device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
             }
         }
     }
-    float o[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-    const bool aligned = kv_aligned16(p);
-    const float scale2 = p.scale * LOG2E;
-    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
-    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
-
-    if (nt > 0) load_tiles<KEY_TILE, true, false, true>(p, c, kt0, sk, 0u, aligned);
-    cp_async_commit();  // with Q
-    for (int it = 0; it < nt; ++it) {
-        const i64 kt = kt0 + (i64)it * KEY_TILE;
-        __syncthreads();  // every warp is done with V(it - 1)
-        load_tiles<KEY_TILE, false, true, true>(p, c, kt, 0u, sv, aligned);
-        cp_async_commit();
-        cp_async_wait<1>();  // Q and K(it) have landed
-        fence_proxy_async();
-        __syncthreads();
-        float s[8][4];
+    // The thread's copies have landed: make them visible to wgmma's proxy before the barrier.
+    __device__ __forceinline__ void landed() const { fence_proxy_async(); }
+    __device__ __forceinline__ void qk(float (&s)[8][4]) const {
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
@@ -169,17 +134,8 @@ __device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
         wg_commit();
         wg_wait0();
         wg_hold(s);
-        scale_and_bias(p, c, ra, rb, kt, tq, scale2, s);
-        __syncthreads();  // every warp is done with K(it)
-        if (it + 1 < nt) load_tiles<KEY_TILE, true, false, true>(p, c, kt + KEY_TILE, sk, 0u, aligned);
-        cp_async_commit();
-        unsigned pa[4][4];
-        float alpha[2];
-        softmax_tile<T, 8>(s, m, l, alpha, pa);
-        rescale(o, alpha);
-        cp_async_wait<1>();  // V(it) has landed
-        fence_proxy_async();
-        __syncthreads();
+    }
+    __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&pa)[4][4]) const {
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) Wg<T>::pv(o, pa[kk], wg_desc(sv + kk * 2048, HALF, 1024));
@@ -187,12 +143,55 @@ __device__ void wg_main(const Params& p, const Cta& c, unsigned char* smem) {
         wg_wait0();
         wg_hold(o);
     }
+};
+#endif
+
+// A query block on tensor cores with the products of `Products`. K and V tiles of KEY_TILE keys;
+// the copy of V(n) overlaps Q K^T(n) and that of K(n + 1) the softmax and P V(n).
+template <class T, class Row, class Products>
+__device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
+    const Products mm(p, c, ra, rb, tq, smem);
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    const bool aligned = kv_aligned16(p);
+    const float scale2 = p.scale * LOG2E;
+    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
+    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
+
+    if (nt > 0) load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt0, mm.sk, 0u, aligned);
+    cp_async_commit();
+    for (int it = 0; it < nt; ++it) {
+        const i64 kt = kt0 + (i64)it * KEY_TILE;
+        __syncthreads();  // every warp is done with V(it - 1)
+        load_tiles<KEY_TILE, false, true, Products::WG>(p, c, kt, 0u, mm.sv, aligned);
+        cp_async_commit();
+        cp_async_wait<1>();  // K(it) (and Q) have landed
+        mm.landed();
+        __syncthreads();
+        float s[8][4];
+        mm.qk(s);
+        scale_and_bias(p, c, ra, rb, kt, tq, scale2, s);
+        __syncthreads();  // every warp is done with K(it)
+        if (it + 1 < nt) load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt + KEY_TILE, mm.sk, 0u, aligned);
+        cp_async_commit();
+        unsigned pa[4][4];
+        float alpha[2];
+        softmax_tile<T, 8>(s, m, l, alpha, pa);
+        rescale(o, alpha);
+        cp_async_wait<1>();  // V(it) has landed
+        mm.landed();
+        __syncthreads();
+        mm.pv(o, pa);
+    }
     cp_async_wait<0>();
     const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
     store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
     store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
 }
-#endif
 
 // A single-query CTA (q_len 1, G <= 16: one 16-row fragment holds every head of the group) that
 // streams K/V at bandwidth: `p.ring_stages - 1` tiles of DEC_TILE keys in flight while one is
@@ -400,9 +399,9 @@ __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
     } else {
         if (c.r.q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-        else wg_main<T, Row>(p, c, smem);
+        else query_block<T, Row, WgProducts<T>>(p, c, smem);
 #else
-        else mma_main<T, Row>(p, c, smem);
+        else query_block<T, Row, SyncProducts<T>>(p, c, smem);
 #endif
     }
 }

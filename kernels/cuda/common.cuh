@@ -14,8 +14,9 @@
 // that read one KV head share every K/V tile the CTA loads. The CTA walks its keys [lo, hi) in
 // tiles; each path supplies a row type (its bias and masks) and the kernel entry that picks
 // the CTA's rows and keys. bf16/fp16 run on tensor cores (mma.sync m16n8k16, ldmatrix,
-// cp.async): `mma_main` for query blocks, `mma_decode` for single-query CTAs (q_len 1, G <= 16)
-// where bandwidth is all that matters; fp32 keeps the FMA loop (`fma_cta`).
+// cp.async; wgmma on sm_90a): `query_block` for query blocks, `mma_decode` for single-query
+// CTAs (q_len 1, G <= 16) where bandwidth is all that matters; fp32 keeps the FMA loop
+// (`fma_cta`).
 
 #ifndef RELATTN_MUTANT
 #define RELATTN_MUTANT 0
