@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use relattn_harness::cmd;
 use relattn_harness::exit;
+use relattn_kernels::gpu;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
@@ -55,6 +56,17 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // A malformed build-target override is a usage error for every command that compiles.
+    let compiles = matches!(
+        cli.command,
+        Command::Run(_) | Command::Exec(_) | Command::Mutants(_) | Command::Bench(_)
+    );
+    if let (true, Ok(arch)) = (compiles, std::env::var(gpu::ARCH_ENV)) {
+        if let Err(e) = gpu::check_arch(&arch) {
+            eprintln!("error: {}={arch}: {e}", gpu::ARCH_ENV);
+            return ExitCode::from(exit::Code::Usage as u8);
+        }
+    }
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Gen(a) => cmd::gen::run(a),

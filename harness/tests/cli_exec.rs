@@ -162,3 +162,23 @@ fn output_file_is_valid_safetensors() {
         .collect();
     assert_eq!(data, values.map(f32::to_bits));
 }
+
+#[test]
+fn a_malformed_arch_override_is_a_usage_error() {
+    for args in [
+        &["bench", "--no-peaks"][..],
+        &["run", "--matrix", "smoke"][..],
+        &["mutants"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_relattn"))
+            .args(args)
+            .env("RELATTN_ARCH", "sm90")
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("the relattn binary runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr_of(&out);
+        assert!(err.contains("RELATTN_ARCH=sm90"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
