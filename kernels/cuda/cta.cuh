@@ -19,7 +19,25 @@ __device__ __forceinline__ int cta_query_rows(const Params& p) { return MMA_ROWS
 
 // First query row of this CTA's block. Blocks go in reverse: under the causal mask the last
 // blocks of a request see the most keys, so they start first and the short ones fill the tail.
-__device__ __forceinline__ i64 query_block(int rows_q) { return (i64)(gridDim.x - 1 - blockIdx.x) * rows_q; }
+__device__ __forceinline__ i64 first_query_row(int rows_q) { return (i64)(gridDim.x - 1 - blockIdx.x) * rows_q; }
+
+// The CTA of a query-block grid `(ceil(max_q_len / (MMA_ROWS / G)), .., B)` for request b and KV
+// head kvh: its query rows and every key [lo, hi) one of them may see (causal and window), one
+// split writing `out`. False when the block lies past the request's rows (uniform over the CTA).
+__device__ __forceinline__ bool query_cta(const Params& p, i64 b, i64 kvh, Cta& c) {
+    c.b = b;
+    c.kvh = kvh;
+    c.split = 0;
+    c.r = load_req(p, c.b);
+    c.rows_q = cta_query_rows(p);
+    c.i0 = first_query_row(c.rows_q);
+    if (c.i0 >= c.r.q_len) return false;
+    const i64 i_last = imin(c.i0 + c.rows_q, c.r.q_len) - 1;
+    c.lo = first_visible(p, c.r.prefix() + c.i0);
+    c.hi = c.r.prefix() + i_last + 1;
+    c.partial = false;
+    return true;
+}
 
 // The part of a path's row type every path shares: where virtual row vr of a CTA lives. The
 // path computes the head (its GQA mapping) and its own `rel_ok`.

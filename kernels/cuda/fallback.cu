@@ -36,17 +36,7 @@ struct FallbackRow : RowBase {
 template <class T>
 __device__ void fallback_main(const Params& p) {
     Cta c;
-    c.b = blockIdx.z;
-    c.kvh = blockIdx.y;
-    c.split = 0;
-    c.r = load_req(p, c.b);
-    c.rows_q = cta_query_rows(p);
-    c.i0 = query_block(c.rows_q);
-    if (c.i0 >= c.r.q_len) return;
-    const i64 i_last = imin(c.i0 + c.rows_q, c.r.q_len) - 1;
-    c.lo = first_visible(p, c.r.prefix() + c.i0);
-    c.hi = c.r.prefix() + i_last + 1;
-    c.partial = false;
+    if (!query_cta(p, blockIdx.z, blockIdx.y, c)) return;
     run_cta<T, FallbackRow<T>>(p, c);
 }
 

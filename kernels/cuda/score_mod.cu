@@ -37,18 +37,7 @@ struct ScoreModRow : RowBase {
 template <class T>
 __device__ void score_mod_main(const Params& p) {
     Cta c;
-    c.b = blockIdx.z;
-    c.kvh = blockIdx.y;
-    c.split = 0;
-    c.r = load_req(p, c.b);
-    c.rows_q = cta_query_rows(p);
-    c.i0 = query_block(c.rows_q);
-    if (c.i0 >= c.r.q_len) return;  // uniform over the CTA
-    // Keys any row of this CTA may see: [lo, hi).
-    const i64 i_last = imin(c.i0 + c.rows_q, c.r.q_len) - 1;
-    c.lo = first_visible(p, c.r.prefix() + c.i0);
-    c.hi = c.r.prefix() + i_last + 1;
-    c.partial = false;
+    if (!query_cta(p, blockIdx.z, blockIdx.y, c)) return;
     run_cta<T, ScoreModRow<T>>(p, c);
 }
 

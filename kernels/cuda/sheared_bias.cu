@@ -113,20 +113,14 @@ struct ShearedRow : RowBase {
 template <class T>
 __device__ void sheared_bias_main(const Params& p) {
     Cta c;
-    c.b = blockIdx.z;
-    c.kvh = blockIdx.y % p.Hkv;
+    if (!query_cta(p, blockIdx.z, blockIdx.y % p.Hkv, c)) return;
     c.split = blockIdx.y / p.Hkv;
-    c.r = load_req(p, c.b);
-    c.rows_q = cta_query_rows(p);
-    c.i0 = query_block(c.rows_q);
-    if (c.i0 >= c.r.q_len) return;
     const i64 tiles = cdiv(c.r.kv_len, SHEAR_TILE);
     const i64 tps = shear_tiles_per_split(p, c.r.kv_len);
     if (c.split * tps >= tiles) return;  // empty split: nothing written, the combine skips it
     // Keys of this split that any row of the CTA may see: [lo, hi).
-    const i64 i_last = imin(c.i0 + c.rows_q, c.r.q_len) - 1;
-    c.lo = imax(first_visible(p, c.r.prefix() + c.i0), c.split * tps * SHEAR_TILE);
-    c.hi = imin(c.r.prefix() + i_last + 1, (c.split + 1) * tps * SHEAR_TILE);
+    c.lo = imax(c.lo, c.split * tps * SHEAR_TILE);
+    c.hi = imin(c.hi, (c.split + 1) * tps * SHEAR_TILE);
     c.partial = p.num_splits > 1;
     run_cta<T, ShearedRow<T>>(p, c);
 }
