@@ -1,14 +1,41 @@
 // The attention loops (part 3 of the shared device code, after cta.cuh): tensor-core query
 // blocks, single-query decode CTAs, the fp32 FMA loop, and the dispatch between them.
 
-// Scores of a query block's key tile [kt, kt + 8 NT) into the log2 domain with each cell's bias
-// (-inf where masked) for the thread's rows ra (cells 0, 1) and rb (cells 2, 3). The bias is added
-// after the products (holding it through them costs the registers the MMA pipeline needs); far
-// tiles have no bias work at all.
-template <int NT, class Row>
-__device__ __forceinline__ void scale_and_bias(const Params& p, const Cta& c, const Row& ra, const Row& rb, i64 kt,
-                                               int tq, float scale2, float (&s)[NT][4]) {
-    if (far_tile(p, c, kt, 8 * NT)) {
+// Biases of a query block's key tile [kt, kt + 8 NT) (-inf where masked) for the thread's rows ra
+// (cells 0, 1) and rb (cells 2, 3), for a tile that is not `far_tile`, packed two to a register
+// in the dtype: every bias is a dtype value, 0 or -inf, so the packing is exact, and it keeps
+// the registers low enough to compute them while the tensor cores form Q K^T (sm_90a).
+template <class T, int NT, class Row>
+__device__ __forceinline__ void tile_bias(const Params& p, const Cta& c, const Row& ra, const Row& rb, i64 kt, int tq,
+                                          unsigned (&x)[NT][2]) {
+    float b[4];
+    if (kt >= c.lo && kt + 8 * NT <= c.hi) {  // every key of the tile is the CTA's
+        const int j0 = (int)kt + 2 * tq;
+        const auto ca = ra.cursor(p, j0);
+        const auto cb = rb.cursor(p, j0);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            ra.bias_pair(p, ca, 8 * n, b[0], b[1]);
+            rb.bias_pair(p, cb, 8 * n, b[2], b[3]);
+            x[n][0] = Tc<T>::pack(b[0], b[1]);
+            x[n][1] = Tc<T>::pack(b[2], b[3]);
+        }
+    } else {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int j = (int)kt + 8 * n + 2 * tq;
+            bias_cells_raw(p, c, ra, j, b[0], b[1]);
+            bias_cells_raw(p, c, rb, j, b[2], b[3]);
+            x[n][0] = Tc<T>::pack(b[0], b[1]);
+            x[n][1] = Tc<T>::pack(b[2], b[3]);
+        }
+    }
+}
+
+// Scores into the log2 domain: s * scale2 on far tiles, s * scale2 + bias * log2(e) elsewhere.
+template <class T, int NT>
+__device__ __forceinline__ void scale_scores(bool far, float scale2, const unsigned (&x)[NT][2], float (&s)[NT][4]) {
+    if (far) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -16,18 +43,20 @@ __device__ __forceinline__ void scale_and_bias(const Params& p, const Cta& c, co
     } else {
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const int j = (int)kt + 8 * n + 2 * tq;
-            float x[4];
-            bias_cells(p, c, ra, j, x[0], x[1]);
-            bias_cells(p, c, rb, j, x[2], x[3]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] = fmaf(s[n][e], scale2, x[e]);
+            s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * LOG2E);
+            s[n][1] = fmaf(s[n][1], scale2, Tc<T>::hi(x[n][0]) * LOG2E);
+            s[n][2] = fmaf(s[n][2], scale2, Tc<T>::lo(x[n][1]) * LOG2E);
+            s[n][3] = fmaf(s[n][3], scale2, Tc<T>::hi(x[n][1]) * LOG2E);
         }
     }
 }
 
 // Rescale the output rows of the thread (cells 0, 1: row a; 2, 3: row b) by the softmax's alpha.
+// Once the rows' maxima settle most tiles leave every alpha of the warp at exactly 1 (exp2(0)):
+// the multiplies are skipped then (x * 1 == x, so the result is the same). Every thread of the
+// warp must call this.
 template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], const float (&alpha)[2]) {
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
     for (int n = 0; n < NO; ++n) {
         o[n][0] *= alpha[0];
@@ -60,7 +89,8 @@ template <class T> struct SyncProducts {
     }
     // The thread's copies have landed: nothing more before the barrier.
     __device__ __forceinline__ void landed() const {}
-    __device__ __forceinline__ void qk(float (&s)[8][4]) const {
+    // S = Q K^T, complete on return (`qk_wait` has nothing left to do).
+    __device__ __forceinline__ void qk_issue(float (&s)[8][4]) const {
 #pragma unroll
         for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
@@ -74,6 +104,7 @@ template <class T> struct SyncProducts {
             }
         }
     }
+    __device__ __forceinline__ void qk_wait(float (&)[8][4]) const {}
     __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&pa)[4][4]) const {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -124,7 +155,9 @@ template <class T> struct WgProducts {
     }
     // The thread's copies have landed: make them visible to wgmma's proxy before the barrier.
     __device__ __forceinline__ void landed() const { fence_proxy_async(); }
-    __device__ __forceinline__ void qk(float (&s)[8][4]) const {
+    // S = Q K^T, issued: the tensor cores work on it until `qk_wait`, and s must not be touched
+    // in between.
+    __device__ __forceinline__ void qk_issue(float (&s)[8][4]) const {
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
@@ -132,6 +165,8 @@ template <class T> struct WgProducts {
             Wg<T>::qk(s, wg_desc(sq + off, 16, 1024), wg_desc(sk + off, 16, 1024), ks > 0);
         }
         wg_commit();
+    }
+    __device__ __forceinline__ void qk_wait(float (&s)[8][4]) const {
         wg_wait0();
         wg_hold(s);
     }
@@ -173,8 +208,12 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         mm.landed();
         __syncthreads();
         float s[8][4];
-        mm.qk(s);
-        scale_and_bias(p, c, ra, rb, kt, tq, scale2, s);
+        unsigned x[8][2];
+        const bool far = far_tile(p, c, kt, KEY_TILE);
+        mm.qk_issue(s);
+        if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
+        mm.qk_wait(s);
+        scale_scores<T>(far, scale2, x, s);
         __syncthreads();  // every warp is done with K(it)
         if (it + 1 < nt) load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt + KEY_TILE, mm.sk, 0u, aligned);
         cp_async_commit();
@@ -197,9 +236,10 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
 // streams K/V at bandwidth: `p.ring_stages - 1` tiles of DEC_TILE keys in flight while one is
 // computed (the launcher picks the depth for the CTAs an SM holds), the block-table entries of
 // the next tile to copy read one iteration ahead. Warp w takes keys [16 w, 16 w + 16) of every
-// tile with its own online softmax over the whole head dim (no work is repeated across warps);
-// at the end the four warps' states merge through shared memory by their maxima and each warp
-// stores a quarter of the head dim.
+// tile with its own online softmax over the whole head dim (no work is repeated across warps)
+// and copies those rows itself, so the warps run the loop without CTA barriers, each waiting
+// only for its own copies; at the end the four warps' states merge through shared memory by
+// their maxima and each warp stores a quarter of the head dim.
 template <class T, class Row>
 __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -238,20 +278,22 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     for (int st = 0; st < stages - 1; ++st) {
         if (st < nt) {
             const unsigned at = ring + st * stage_bytes;
-            load_tiles<DEC_TILE, true, true>(p, c, kt0 + (i64)st * DEC_TILE, at, at + v_at, aligned);
+            load_tiles<DEC_TILE, true, true, false, true>(p, c, kt0 + (i64)st * DEC_TILE, at, at + v_at, aligned);
         }
         cp_async_commit();
     }
-    TileRows<DEC_TILE> next = fetch_rows<DEC_TILE>(p, c, kt0 + (i64)(stages - 1) * DEC_TILE);
+    __syncthreads();  // Q is in shared memory
+    TileRows<DEC_TILE, true> next = fetch_rows<DEC_TILE, true>(p, c, kt0 + (i64)(stages - 1) * DEC_TILE);
     int fill = stages - 1, use = 0;  // ring stages of tiles it + stages - 1 and it
     for (int it = 0; it < nt; ++it) {
         if (it + stages - 1 < nt) {
-            // The stage of tile it - 1, released by the barrier that ended the last iteration.
+            // The stage of tile it - 1: this warp's rows of it, released by the warp barrier that
+            // ended the last iteration.
             const unsigned at = ring + fill * stage_bytes;
             issue_tiles<DEC_TILE, true, true>(p, c, next, at, at + v_at, aligned);
         }
         cp_async_commit();
-        next = fetch_rows<DEC_TILE>(p, c, kt0 + (i64)(it + stages) * DEC_TILE);
+        next = fetch_rows<DEC_TILE, true>(p, c, kt0 + (i64)(it + stages) * DEC_TILE);
         fill = fill + 1 == stages ? 0 : fill + 1;
         const i64 kt = kt0 + (i64)it * DEC_TILE;
         float s[2][4];
@@ -266,8 +308,8 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
                 bias_cells(p, c, rb, j, s[n][2], s[n][3]);
             }
         }
-        cp_async_wait_dyn(stages - 1);  // tile it has landed
-        __syncthreads();
+        cp_async_wait_dyn(stages - 1);  // this thread's copies of tile it have landed
+        __syncwarp();                    // and those of the whole warp (its rows of the tile)
         const unsigned sk = ring + use * stage_bytes, sv = sk + v_at;
         use = use + 1 == stages ? 0 : use + 1;
         float acc[2][4];
@@ -296,7 +338,7 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
             Tc<T>::mma(o[2 * dp], pa[0], b0, b1);
             Tc<T>::mma(o[2 * dp + 1], pa[0], b2, b3);
         }
-        __syncthreads();  // the stage of tile it may be refilled
+        __syncwarp();  // the warp's rows of tile it's stage may be refilled
     }
     cp_async_wait<0>();
     __syncthreads();  // the ring is free: it holds the warps' states now

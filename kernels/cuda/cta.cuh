@@ -78,6 +78,8 @@ template <> struct Tc<bf16> {
         asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
         return r;
     }
+    static __device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+    static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 };
 template <> struct Tc<fp16> {
     static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
@@ -90,6 +92,16 @@ template <> struct Tc<fp16> {
         unsigned r;
         asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
         return r;
+    }
+    static __device__ __forceinline__ float lo(unsigned w) {
+        fp16 h;
+        h.bits = (unsigned short)(w & 0xffffu);
+        return to_f32(h);
+    }
+    static __device__ __forceinline__ float hi(unsigned w) {
+        fp16 h;
+        h.bits = (unsigned short)(w >> 16);
+        return to_f32(h);
     }
 };
 
@@ -166,18 +178,14 @@ __device__ __forceinline__ i64 kv_elem(const Params& p, i64 e) {
     return e;
 }
 
-// Copy one 16-byte chunk to shared address `at`: cp.async when the view is 16-byte aligned,
-// else eight 2-byte loads.
-__device__ __forceinline__ void copy_chunk(const Params& p, unsigned at, i64 e, bool aligned) {
+// Copy one 16-byte chunk at element e to shared address `at` by eight 2-byte loads (views that
+// are not 16-byte aligned; aligned ones take cp.async).
+__device__ __forceinline__ void copy_chunk_u16(const Params& p, unsigned at, i64 e) {
     const unsigned short* kv = (const unsigned short*)p.kv;
-    if (aligned) {
-        cp_async16(at, kv + e);
-    } else {
-        unsigned w[4];
+    unsigned w[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) w[k] = (unsigned)kv[e + 2 * k] | ((unsigned)kv[e + 2 * k + 1] << 16);
-        st_shared16(at, w[0], w[1], w[2], w[3]);
-    }
+    for (int k = 0; k < 4; ++k) w[k] = (unsigned)kv[e + 2 * k] | ((unsigned)kv[e + 2 * k + 1] << 16);
+    st_shared16(at, w[0], w[1], w[2], w[3]);
 }
 
 // Byte offset of (row r, 16-byte chunk ch) in a [NKEYS][HEAD_DIM] 16-bit tile: `swz` for the
@@ -189,40 +197,91 @@ template <int NKEYS, bool WG> __device__ __forceinline__ unsigned tile_at(int r,
     else return swz(r, ch);
 }
 
-// Where the rows of a key tile live: one thread copies chunk threadIdx.x % 16 of rows
-// threadIdx.x / 16 + 8 k. Fetched ahead of the copies so the block-table reads overlap other work.
-// `block` is -1 for keys outside the CTA's [lo, hi) (validated block tables hold no negative
-// entry for a key anyone may read).
-template <int NKEYS> struct TileRows {
+// Where the rows of a key tile live. CTA-wide copies: thread x copies chunk x % 16 of rows
+// x / 16 + 8 k. Warp-private copies (WARP): warp w copies its own quarter of the tile, rows
+// w NKEYS / 4 + lane / 16 + 2 k, so the warp that reads those rows needs no barrier with the
+// others. Fetched ahead of the copies so the block-table reads overlap other work. `block` is -1
+// for keys outside the CTA's [lo, hi) (validated block tables hold no negative entry for a key
+// anyone may read).
+template <int NKEYS, bool WARP = false> struct TileRows {
     static constexpr int PER = NKEYS / (THREADS / 16);
+    static constexpr int STEP = WARP ? 2 : 8;  // rows between a thread's consecutive passes
     int block[PER];  // block-table entries are int32
-    unsigned slot[PER];
+    int slot[PER];
+    // Uniform: every row of the tile lies in one page (block `block0`), the thread's first row in
+    // slot `slot0`, so its rows' offsets step by STEP slots.
+    bool one_page;
+    int block0, slot0;
+    static __device__ __forceinline__ int row(int k) {
+        if constexpr (WARP) return (int)(threadIdx.x >> 5) * (NKEYS / 4) + (int)((threadIdx.x >> 4) & 1) + 2 * k;
+        else return (int)(threadIdx.x >> 4) + 8 * k;
+    }
 };
+static_assert(THREADS == 128, "warp-private copies split a tile over 4 warps of 2 rows per pass");
 
 // Keys outside the CTA's [lo, hi) are neither read nor used (their block-table entries are not
-// read either). Power-of-two page sizes take shifts instead of a division, and a tile inside one
-// page reads its block-table entry once. Every thread of the CTA must call this.
-template <int NKEYS> __device__ __forceinline__ TileRows<NKEYS> fetch_rows(const Params& p, const Cta& c, i64 j0) {
-    TileRows<NKEYS> t;
-    const int r0 = threadIdx.x >> 4;
-    const unsigned ps = (unsigned)p.page_size, first = (unsigned)j0;
+// read either). Key positions are int32 like `seqused_k`. Power-of-two page sizes take shifts
+// instead of a division, a tile inside one page reads its block-table entry once, and a tile
+// inside [lo, hi) skips the per-row range checks. Every thread of the CTA must call this.
+template <int NKEYS, bool WARP = false>
+__device__ __forceinline__ TileRows<NKEYS, WARP> fetch_rows(const Params& p, const Cta& c, i64 j0) {
+    using Rows = TileRows<NKEYS, WARP>;
+    Rows t;
+    const int first = (int)j0, lo = (int)c.lo, hi = (int)c.hi, ps = (int)p.page_size;
     const bool pow2 = (ps & (ps - 1)) == 0;
-    const int sh = __ffs((int)ps) - 1;
+    const int sh = __ffs(ps) - 1;
     const i64 row0 = c.b * p.bt_stride;
-    // Uniform over the CTA: every row of the tile lies in the page of its first key.
-    const bool one_page = pow2 && (first >> sh) == ((first + NKEYS - 1) >> sh);
-    const bool any = j0 + NKEYS > c.lo && j0 < c.hi;
-    const int shared_block = one_page && any ? (int)ld_block(p, row0 + (first >> sh)) : -1;
+    // Uniform over the CTA.
+    const bool whole = first >= lo && first + NKEYS <= hi;
+    const bool any = first + NKEYS > lo && first < hi;
+    t.one_page = pow2 && (first >> sh) == ((first + NKEYS - 1) >> sh);
+    t.block0 = -1;
+    t.slot0 = 0;
+    if (t.one_page) {  // every row in the first key's page
+        const int block = any ? (int)ld_block(p, row0 + (first >> sh)) : -1;
+        const int s0 = first & (ps - 1);
+        t.block0 = block;
+        t.slot0 = s0 + Rows::row(0);
 #pragma unroll
-    for (int k = 0; k < TileRows<NKEYS>::PER; ++k) {
-        const unsigned j = first + r0 + 8 * k;
-        const bool in = (i64)j >= c.lo && (i64)j < c.hi;
-        const unsigned page = pow2 ? j >> sh : j / ps;
-        t.slot[k] = pow2 ? j & (ps - 1) : j - page * ps;
-        if (one_page) t.block[k] = in ? shared_block : -1;
-        else t.block[k] = in ? (int)ld_block(p, row0 + page) : -1;
+        for (int k = 0; k < Rows::PER; ++k) {
+            const int r = Rows::row(k), j = first + r;
+            t.slot[k] = s0 + r;
+            t.block[k] = whole || (j >= lo && j < hi) ? block : -1;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < Rows::PER; ++k) {
+            const int j = first + Rows::row(k);
+            const bool in = j >= lo && j < hi;
+            const int page = pow2 ? j >> sh : j / ps;
+            t.slot[k] = j - page * ps;
+            t.block[k] = in ? (int)ld_block(p, row0 + page) : -1;
+        }
     }
     return t;
+}
+
+// The chunk copies of `issue_tiles` for views that are not 16-byte aligned: eight 2-byte loads
+// per chunk. Kept out of the aligned loop (a branch per chunk there becomes predicated code
+// that every aligned launch would issue).
+template <int NKEYS, bool WITH_K, bool WITH_V, bool WG, bool WARP>
+__device__ __forceinline__ void issue_tiles_unaligned(const Params& p, const Cta& c, const TileRows<NKEYS, WARP>& t,
+                                                      unsigned k_dst, unsigned v_dst) {
+    const int ch = threadIdx.x & 15;
+    const i64 kb = p.k_off + c.kvh * p.k_head + ch * 8, vb = p.v_off + c.kvh * p.v_head + ch * 8;
+#pragma unroll
+    for (int k = 0; k < TileRows<NKEYS, WARP>::PER; ++k) {
+        const unsigned at = tile_at<NKEYS, WG>(TileRows<NKEYS, WARP>::row(k), ch);
+        if (t.block[k] >= 0) {
+            const i64 ko = (i64)t.block[k] * p.k_block + (i64)t.slot[k] * p.k_slot;
+            const i64 vo = (i64)t.block[k] * p.v_block + (i64)t.slot[k] * p.v_slot;
+            if (WITH_K) copy_chunk_u16(p, k_dst + at, kv_elem(p, kb + ko));
+            if (WITH_V) copy_chunk_u16(p, v_dst + at, kv_elem(p, vb + vo));
+        } else {
+            if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
+            if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
+        }
+    }
 }
 
 // Copy the rows `t` of K (when WITH_K) and of V (when WITH_V) into [NKEYS][HEAD_DIM] tiles at
@@ -231,21 +290,63 @@ template <int NKEYS> __device__ __forceinline__ TileRows<NKEYS> fetch_rows(const
 // never reaches the arithmetic (0 * NaN would). A row's offset in the cache is computed once for
 // K and V when their block and slot strides agree (the packed layouts). Every thread of the CTA
 // must call this.
-template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false>
-__device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS>& t, unsigned k_dst,
-                                            unsigned v_dst, bool aligned) {
-    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
-    const i64 kb = p.k_off + c.kvh * p.k_head + ch * 8, vb = p.v_off + c.kvh * p.v_head + ch * 8;
-    const bool same = p.k_block == p.v_block && p.k_slot == p.v_slot;
+template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false, bool WARP = false>
+__device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS, WARP>& t,
+                                            unsigned k_dst, unsigned v_dst, bool aligned) {
+    if (!aligned) {
+        issue_tiles_unaligned<NKEYS, WITH_K, WITH_V, WG, WARP>(p, c, t, k_dst, v_dst);
+        return;
+    }
+    const int ch = threadIdx.x & 15;
+    const unsigned short* kv = (const unsigned short*)p.kv;
+    const unsigned short* kb = kv + (p.k_off + c.kvh * p.k_head + ch * 8);
+    const unsigned short* vb = kv + (p.v_off + c.kvh * p.v_head + ch * 8);
+    // One row offset serves K and V when their strides agree (uniform), else each has its own.
+    const bool one = !(WITH_K && WITH_V) || (p.k_block == p.v_block && p.k_slot == p.v_slot);
+    const i64 blk = WITH_K ? p.k_block : p.v_block, slt = WITH_K ? p.k_slot : p.v_slot;
+    using Rows = TileRows<NKEYS, WARP>;
+    if (one && t.one_page && t.block0 >= 0) {
+        // One page and one offset for K and V: the thread's rows step by STEP slots from its first.
+        const i64 o0 = (i64)((unsigned long long)(unsigned)t.block0 * (unsigned long long)blk +
+                             (unsigned long long)(unsigned)t.slot0 * (unsigned long long)slt);
+        const i64 step = (i64)Rows::STEP * slt;
 #pragma unroll
-    for (int k = 0; k < TileRows<NKEYS>::PER; ++k) {
-        const int r = r0 + 8 * k;
-        const unsigned at = tile_at<NKEYS, WG>(r, ch);
+        for (int k = 0; k < Rows::PER; ++k) {
+            const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
+            const i64 o = o0 + k * step;
+            if (t.block[k] >= 0) {
+                if (WITH_K) {
+                    kv_elem(p, (kb - kv) + o);
+                    cp_async16(k_dst + at, kb + o);
+                }
+                if (WITH_V) {
+                    kv_elem(p, (vb - kv) + o);
+                    cp_async16(v_dst + at, vb + o);
+                }
+            } else {
+                if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
+                if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < Rows::PER; ++k) {
+        const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
         if (t.block[k] >= 0) {
-            const i64 ko = (i64)t.block[k] * p.k_block + (i64)t.slot[k] * p.k_slot;
-            const i64 vo = same ? ko : (i64)t.block[k] * p.v_block + (i64)t.slot[k] * p.v_slot;
-            if (WITH_K) copy_chunk(p, k_dst + at, kv_elem(p, kb + ko), aligned);
-            if (WITH_V) copy_chunk(p, v_dst + at, kv_elem(p, vb + vo), aligned);
+            // block and slot are non-negative here: unsigned products are cheaper.
+            const unsigned b = (unsigned)t.block[k], sl = (unsigned)t.slot[k];
+            const i64 ko = one ? (i64)((unsigned long long)b * (unsigned long long)blk + (unsigned long long)sl * (unsigned long long)slt)
+                               : (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
+            const i64 vo = one ? ko : (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
+            if (WITH_K) {
+                kv_elem(p, (kb - kv) + ko);
+                cp_async16(k_dst + at, kb + ko);
+            }
+            if (WITH_V) {
+                kv_elem(p, (vb - kv) + vo);
+                cp_async16(v_dst + at, vb + vo);
+            }
         } else {
             if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
             if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
@@ -254,10 +355,10 @@ __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const
 }
 
 // Copy keys [j0, j0 + NKEYS): `fetch_rows` then `issue_tiles`.
-template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false>
+template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false, bool WARP = false>
 __device__ __forceinline__ void load_tiles(const Params& p, const Cta& c, i64 j0, unsigned k_dst, unsigned v_dst,
                                            bool aligned) {
-    issue_tiles<NKEYS, WITH_K, WITH_V, WG>(p, c, fetch_rows<NKEYS>(p, c, j0), k_dst, v_dst, aligned);
+    issue_tiles<NKEYS, WITH_K, WITH_V, WG>(p, c, fetch_rows<NKEYS, WARP>(p, c, j0), k_dst, v_dst, aligned);
 }
 
 // Two consecutive 16-bit q elements (i even) as one A-fragment register; 0 for rows not computed.
@@ -282,15 +383,24 @@ __device__ __forceinline__ void load_q_frag(const Params& p, const Row& a, const
     }
 }
 
-// Bias of keys j and j + 1 of a row in the log2 domain, -inf outside the CTA's keys [lo, hi)
-// (other splits' keys, tile padding) or where the row's own mask says so.
+// Bias of keys j and j + 1 of a row (natural domain), -inf outside the CTA's keys [lo, hi) (other
+// splits' keys, tile padding) or where the row's own mask says so.
 template <class Row>
-__device__ __forceinline__ void bias_cells(const Params& p, const Cta& c, const Row& row, int j, float& x0, float& x1) {
+__device__ __forceinline__ void bias_cells_raw(const Params& p, const Cta& c, const Row& row, int j, float& b0,
+                                               float& b1) {
     const bool in0 = j >= c.lo && j < c.hi, in1 = j + 1 >= c.lo && j + 1 < c.hi;
-    float b0 = neg_inf(), b1 = neg_inf();
+    b0 = neg_inf();
+    b1 = neg_inf();
     if (in0 && in1) row.bias2(p, j, b0, b1);
     else if (in0) b0 = row.bias(p, j);
     else if (in1) b1 = row.bias(p, j + 1);
+}
+
+// The same in the log2 domain.
+template <class Row>
+__device__ __forceinline__ void bias_cells(const Params& p, const Cta& c, const Row& row, int j, float& x0, float& x1) {
+    float b0, b1;
+    bias_cells_raw(p, c, row, j, b0, b1);
     x0 = b0 * LOG2E;
     x1 = b1 * LOG2E;
 }

@@ -15,20 +15,42 @@ struct FallbackRow : RowBase {
         rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
         rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
     }
-    // Bias of key j: rel_logits[t, h, d] when 0 <= d < E, else 0, by a branch (no clamp); -inf
-    // where the causal or window mask hides the key.
-    __device__ __forceinline__ float bias(const Params& p, int j) const {
-        const i64 d = (i64)pos - j;
-        const bool in_window = p.window_left < 0 || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
+    // Where a tile's cells read: keys j0 + x for small x known where the caller unrolls, so
+    // their rel_logits elements sit at fixed offsets from one address (`at`, the element of key
+    // j0; only cells that pass the extent test dereference it).
+    struct Cursor {
+        const T* at;
+        int d0;
+    };
+    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const {
+        // Positions, E and the window fit int32 (seqused_k is int32).
+        const int d0 = pos - j0;
+        return {(const T*)p.rel + (rel_row + d0), d0};
+    }
+    // Bias of key j0 + x: rel_logits[t, h, d] when 0 <= d < E, else 0, by a branch (no clamp);
+    // -inf where the causal or window mask hides the key.
+    __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
+        const int d = cu.d0 - x, wl = (int)p.window_left, E = (int)p.E;
+        const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
         const bool visible = valid && d >= 0 && in_window;
         float b = 0.f;
-        if (rel_ok && d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E))
-            b = ld_rel<T>(p, rel_row + imin(MUTANT(1) ? imax(d - 1, 0) : d, p.E - 1));
+        if (rel_ok && d >= 0 && (MUTANT(2) ? d <= E : d < E)) {
+            if (MUTANT(1) || MUTANT(2)) {
+                b = ld_rel<T>(p, rel_row + min(MUTANT(1) ? max(d - 1, 0) : d, E - 1));
+            } else {
+                check_index(rel_row + d, p.rel_size);
+                b = to_f32(cu.at[-x]);
+            }
+        }
         return visible ? b : neg_inf();
     }
+    __device__ __forceinline__ void bias_pair(const Params& p, const Cursor& cu, int x, float& b0, float& b1) const {
+        b0 = bias_at(p, cu, x);
+        b1 = bias_at(p, cu, x + 1);
+    }
+    __device__ __forceinline__ float bias(const Params& p, int j) const { return bias_at(p, cursor(p, j), 0); }
     __device__ __forceinline__ void bias2(const Params& p, int j, float& b0, float& b1) const {
-        b0 = bias(p, j);
-        b1 = bias(p, j + 1);
+        bias_pair(p, cursor(p, j), 0, b0, b1);
     }
 };
 

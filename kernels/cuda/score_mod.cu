@@ -16,21 +16,46 @@ struct ScoreModRow : RowBase {
         rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
         rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
     }
-    // The final bias of key j (natural domain), -inf where the row may not see it. The gather
-    // happens only where the select keeps it (0 <= d < E), so masked cells cost no load.
-    __device__ __forceinline__ float bias(const Params& p, int j) const {
-        const i64 d = (i64)pos - j;
-        const bool in_window = p.window_left < 0 || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
+    // Where a tile's cells gather: keys j0 + x for small x known where the caller unrolls, so
+    // their rel_logits elements sit at fixed offsets from one address (`at`, the element of key
+    // j0; only cells the select keeps dereference it).
+    struct Cursor {
+        const T* at;
+        int d0;
+    };
+    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const {
+        // Positions, E and the window fit int32 (seqused_k is int32).
+        const int d0 = pos - j0;
+        return {(const T*)p.rel + (rel_row + d0), d0};
+    }
+    // The final bias of key j0 + x (natural domain), -inf where the row may not see it. The
+    // gather happens only where the select keeps it (0 <= d < E), so masked cells cost no load;
+    // there the clamped index is d itself.
+    __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
+        const int d = cu.d0 - x, wl = (int)p.window_left, E = (int)p.E;
+        const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
         const bool visible = valid && d >= 0 && in_window;
-        const bool in_extent = d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E);
-        const i64 dc = imin(imax(MUTANT(1) ? d - 1 : d, 0), p.E - 1);
-        const float gathered = (rel_ok && in_extent) ? ld_rel<T>(p, rel_row + dc) : 0.f;
+        const bool in_extent = d >= 0 && (MUTANT(2) ? d <= E : d < E);
+        const int dc = min(max(MUTANT(1) ? d - 1 : d, 0), E - 1);
+        float gathered = 0.f;
+        if (rel_ok && in_extent) {
+            if (MUTANT(1) || MUTANT(2)) {
+                gathered = ld_rel<T>(p, rel_row + dc);
+            } else {
+                check_index(rel_row + dc, p.rel_size);
+                gathered = to_f32(cu.at[-x]);
+            }
+        }
         const float b = in_extent ? gathered : 0.f;
         return visible ? b : neg_inf();
     }
+    __device__ __forceinline__ void bias_pair(const Params& p, const Cursor& cu, int x, float& b0, float& b1) const {
+        b0 = bias_at(p, cu, x);
+        b1 = bias_at(p, cu, x + 1);
+    }
+    __device__ __forceinline__ float bias(const Params& p, int j) const { return bias_at(p, cursor(p, j), 0); }
     __device__ __forceinline__ void bias2(const Params& p, int j, float& b0, float& b1) const {
-        b0 = bias(p, j);
-        b1 = bias(p, j + 1);
+        bias_pair(p, cursor(p, j), 0, b0, b1);
     }
 };
 

@@ -94,6 +94,14 @@ struct ShearedRow : RowBase {
         const i64 slice = shear_row + (kt - base);
         return ld_shear<T>(p, slice + (j - kt));
     }
+    // A tile's cells: keys j0 + x (the slices are looked up per pair).
+    struct Cursor {
+        int j0;
+    };
+    __device__ __forceinline__ Cursor cursor(const Params&, int j0) const { return {j0}; }
+    __device__ __forceinline__ void bias_pair(const Params& p, const Cursor& cu, int x, float& b0, float& b1) const {
+        bias2(p, cu.j0 + x, b0, b1);
+    }
     // Keys j and j + 1 (j even: same tile, and an aligned pair of slots).
     __device__ __forceinline__ void bias2(const Params& p, int j, float& b0, float& b1) const {
         const int kt = j / SHEAR_TILE * SHEAR_TILE;

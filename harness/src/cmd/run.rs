@@ -40,17 +40,22 @@ pub struct Args {
     /// Only the case(s) whose id starts with this.
     #[arg(long)]
     pub case: Option<String>,
+    /// Leave out the compile-only check of every program for every supported architecture
+    /// (NVRTC time on a cold cache; for quick iterations on one GPU, not for CI).
+    #[arg(long)]
+    pub no_compile_checks: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let libs = crate::gpu_exec::libraries_present();
+    let compile_checks = !args.no_compile_checks;
     run_with(
         args,
         &NvmlSource::new(),
         libs,
         &crate::gpu_exec::RealFactory {
             mutant: None,
-            compile_checks: true,
+            compile_checks,
         },
     )
 }
@@ -292,6 +297,7 @@ mod tests {
             devices: "0".into(),
             bounds_check: None,
             case: None,
+            no_compile_checks: false,
         }
     }
 
