@@ -182,7 +182,8 @@ template <class T> struct WgProducts {
 #endif
 
 // A query block on tensor cores with the products of `Products`. K and V tiles of KEY_TILE keys;
-// the copy of V(n) overlaps Q K^T(n) and that of K(n + 1) the softmax and P V(n).
+// the copy of V(n) overlaps Q K^T(n) and that of K(n + 1) the softmax and P V(n); with wgmma the
+// biases of tile n are gathered while the tensor cores form Q K^T(n).
 template <class T, class Row, class Products>
 __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;

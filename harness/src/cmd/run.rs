@@ -48,16 +48,17 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let libs = crate::gpu_exec::libraries_present();
-    let compile_checks = !args.no_compile_checks;
-    run_with(
-        args,
-        &NvmlSource::new(),
-        libs,
-        &crate::gpu_exec::RealFactory {
-            mutant: None,
-            compile_checks,
-        },
-    )
+    let factory = factory(&args);
+    run_with(args, &NvmlSource::new(), libs, &factory)
+}
+
+/// The executor factory of `run`: the production build, with the compile checks unless
+/// `--no-compile-checks`.
+fn factory(args: &Args) -> crate::gpu_exec::RealFactory {
+    crate::gpu_exec::RealFactory {
+        mutant: None,
+        compile_checks: !args.no_compile_checks,
+    }
 }
 
 /// `run` with the capability source and executor factory given: a rejected device stops here
@@ -299,6 +300,16 @@ mod tests {
             case: None,
             no_compile_checks: false,
         }
+    }
+
+    #[test]
+    fn compile_checks_run_unless_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args(dir.path());
+        assert!(factory(&a).compile_checks);
+        assert!(factory(&a).mutant.is_none());
+        a.no_compile_checks = true;
+        assert!(!factory(&a).compile_checks);
     }
 
     #[test]
