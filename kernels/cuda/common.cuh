@@ -100,6 +100,9 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 __device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 __device__ __forceinline__ i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
+// A window or extent for 32-bit comparisons with distances d <= INT32_MAX (positions are int32):
+// values past that compare the same as INT32_MAX.
+__device__ __forceinline__ int clamp_i32(i64 x) { return (int)imin(x, 0x7fffffff); }
 
 // Kernel parameters, passed by value. The Rust mirror is `gpu::params::Params`: every field is
 // 8 bytes except the trailing float + int pair, so both sides lay it out identically.
@@ -320,9 +323,9 @@ __device__ __forceinline__ i64 request_of_row(const Params& p, i64 t) {
 // Merge the partials of one (row, head) over the splits `nonempty(s)` says were written, by LSE.
 // One thread per output dim; every thread of the CTA must call this. Splits that are empty were
 // never written and are never read. The loads go wide so their latencies overlap: the LSEs are
-// read once for the CTA (thread x reads split x of each chunk of THREADS splits, into shared
-// memory as weights), and each thread's partial outputs eight splits at a time; the sums run in
-// split order as a plain loop would.
+// spread over the CTA (thread x reads split x of each chunk of THREADS splits, once for the max
+// and once for its weight, which goes to shared memory), and each thread reads its partial
+// outputs eight splits at a time; the sums run in split order as a plain loop would.
 template <class T, class NonEmpty>
 __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEmpty nonempty) {
     static_assert(THREADS == HEAD_DIM, "one thread per output dim");

@@ -56,6 +56,20 @@ struct RowBase {
     }
 };
 
+// Where a tile's cells read a row's rel_logits (row `rel_row`, position `pos`): keys j0 + x for
+// small x known where the caller unrolls, so their elements sit at fixed offsets from one
+// address (`at`, the element of key j0, d = d0). Forming it is free; only cells that pass the
+// path's own extent test dereference it.
+template <class T> struct RelCursor {
+    const T* at;
+    int d0;
+};
+template <class T>
+__device__ __forceinline__ RelCursor<T> rel_cursor(const Params& p, i64 rel_row, int pos, int j0) {
+    const int d0 = pos - j0;  // positions fit int32 (seqused_k is int32)
+    return {(const T*)p.rel + (rel_row + d0), d0};
+}
+
 template <class T> struct IsF32 {
     static constexpr bool value = false;
 };
@@ -220,9 +234,11 @@ template <int NKEYS, bool WARP = false> struct TileRows {
 static_assert(THREADS == 128, "warp-private copies split a tile over 4 warps of 2 rows per pass");
 
 // Keys outside the CTA's [lo, hi) are neither read nor used (their block-table entries are not
-// read either). Key positions are int32 like `seqused_k`. Power-of-two page sizes take shifts
-// instead of a division, a tile inside one page reads its block-table entry once, and a tile
-// inside [lo, hi) skips the per-row range checks. Every thread of the CTA must call this.
+// read either). Key arithmetic is 32-bit: key positions are int32 like `seqused_k`, and tiles
+// (including those read ahead past hi) start below 2^31 - NKEYS; whether a tile meets [lo, hi)
+// is decided in 64 bits. Power-of-two page sizes take shifts instead of a division, and a tile
+// inside one page reads its block-table entry once and, when inside [lo, hi), skips the per-row
+// range checks. Every thread that copies rows of the tile must call this.
 template <int NKEYS, bool WARP = false>
 __device__ __forceinline__ TileRows<NKEYS, WARP> fetch_rows(const Params& p, const Cta& c, i64 j0) {
     using Rows = TileRows<NKEYS, WARP>;
@@ -232,8 +248,8 @@ __device__ __forceinline__ TileRows<NKEYS, WARP> fetch_rows(const Params& p, con
     const int sh = __ffs(ps) - 1;
     const i64 row0 = c.b * p.bt_stride;
     // Uniform over the CTA.
-    const bool whole = first >= lo && first + NKEYS <= hi;
-    const bool any = first + NKEYS > lo && first < hi;
+    const bool whole = j0 >= c.lo && j0 + NKEYS <= c.hi;
+    const bool any = j0 + NKEYS > c.lo && j0 < c.hi;
     t.one_page = pow2 && (first >> sh) == ((first + NKEYS - 1) >> sh);
     t.block0 = -1;
     t.slot0 = 0;
@@ -284,12 +300,33 @@ __device__ __forceinline__ void issue_tiles_unaligned(const Params& p, const Cta
     }
 }
 
+// One row's chunk of `issue_tiles`: K at kb + ko and V at vb + vo (element pointers into the
+// cache) to shared addresses k_at and v_at by cp.async, or zeros for a row outside [lo, hi).
+template <bool WITH_K, bool WITH_V>
+__device__ __forceinline__ void copy_row(const Params& p, bool in, unsigned k_at, unsigned v_at,
+                                         const unsigned short* kb, const unsigned short* vb, i64 ko, i64 vo) {
+    const unsigned short* kv = (const unsigned short*)p.kv;
+    if (in) {
+        if (WITH_K) {
+            kv_elem(p, (kb - kv) + ko);
+            cp_async16(k_at, kb + ko);
+        }
+        if (WITH_V) {
+            kv_elem(p, (vb - kv) + vo);
+            cp_async16(v_at, vb + vo);
+        }
+    } else {
+        if (WITH_K) st_shared16(k_at, 0u, 0u, 0u, 0u);
+        if (WITH_V) st_shared16(v_at, 0u, 0u, 0u, 0u);
+    }
+}
+
 // Copy the rows `t` of K (when WITH_K) and of V (when WITH_V) into [NKEYS][HEAD_DIM] tiles at
 // those shared addresses (layout `tile_at<NKEYS, WG>`), asynchronously: one 16-byte chunk per
 // thread and row. Keys outside [lo, hi) become zeros, so garbage (NaN) in pages nobody may read
 // never reaches the arithmetic (0 * NaN would). A row's offset in the cache is computed once for
-// K and V when their block and slot strides agree (the packed layouts). Every thread of the CTA
-// must call this.
+// K and V when their block and slot strides agree (the packed layouts). Every thread that copies
+// rows of the tile (the CTA, or the warp for warp-private copies) must call this.
 template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false, bool WARP = false>
 __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS, WARP>& t,
                                             unsigned k_dst, unsigned v_dst, bool aligned) {
@@ -314,43 +351,19 @@ __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const
         for (int k = 0; k < Rows::PER; ++k) {
             const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
             const i64 o = o0 + k * step;
-            if (t.block[k] >= 0) {
-                if (WITH_K) {
-                    kv_elem(p, (kb - kv) + o);
-                    cp_async16(k_dst + at, kb + o);
-                }
-                if (WITH_V) {
-                    kv_elem(p, (vb - kv) + o);
-                    cp_async16(v_dst + at, vb + o);
-                }
-            } else {
-                if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
-                if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
-            }
+            copy_row<WITH_K, WITH_V>(p, t.block[k] >= 0, k_dst + at, v_dst + at, kb, vb, o, o);
         }
         return;
     }
 #pragma unroll
     for (int k = 0; k < Rows::PER; ++k) {
         const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
-        if (t.block[k] >= 0) {
-            // block and slot are non-negative here: unsigned products are cheaper.
-            const unsigned b = (unsigned)t.block[k], sl = (unsigned)t.slot[k];
-            const i64 ko = one ? (i64)((unsigned long long)b * (unsigned long long)blk + (unsigned long long)sl * (unsigned long long)slt)
-                               : (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
-            const i64 vo = one ? ko : (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
-            if (WITH_K) {
-                kv_elem(p, (kb - kv) + ko);
-                cp_async16(k_dst + at, kb + ko);
-            }
-            if (WITH_V) {
-                kv_elem(p, (vb - kv) + vo);
-                cp_async16(v_dst + at, vb + vo);
-            }
-        } else {
-            if (WITH_K) st_shared16(k_dst + at, 0u, 0u, 0u, 0u);
-            if (WITH_V) st_shared16(v_dst + at, 0u, 0u, 0u, 0u);
-        }
+        // block and slot are non-negative where used: unsigned products are cheaper.
+        const unsigned b = (unsigned)t.block[k], sl = (unsigned)t.slot[k];
+        const i64 ko = one ? (i64)((unsigned long long)b * (unsigned long long)blk + (unsigned long long)sl * (unsigned long long)slt)
+                           : (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
+        const i64 vo = one ? ko : (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
+        copy_row<WITH_K, WITH_V>(p, t.block[k] >= 0, k_dst + at, v_dst + at, kb, vb, ko, vo);
     }
 }
 
@@ -358,7 +371,7 @@ __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const
 template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false, bool WARP = false>
 __device__ __forceinline__ void load_tiles(const Params& p, const Cta& c, i64 j0, unsigned k_dst, unsigned v_dst,
                                            bool aligned) {
-    issue_tiles<NKEYS, WITH_K, WITH_V, WG>(p, c, fetch_rows<NKEYS, WARP>(p, c, j0), k_dst, v_dst, aligned);
+    issue_tiles<NKEYS, WITH_K, WITH_V, WG, WARP>(p, c, fetch_rows<NKEYS, WARP>(p, c, j0), k_dst, v_dst, aligned);
 }
 
 // Two consecutive 16-bit q elements (i even) as one A-fragment register; 0 for rows not computed.

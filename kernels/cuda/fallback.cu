@@ -15,22 +15,12 @@ struct FallbackRow : RowBase {
         rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
         rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
     }
-    // Where a tile's cells read: keys j0 + x for small x known where the caller unrolls, so
-    // their rel_logits elements sit at fixed offsets from one address (`at`, the element of key
-    // j0; only cells that pass the extent test dereference it).
-    struct Cursor {
-        const T* at;
-        int d0;
-    };
-    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const {
-        // Positions, E and the window fit int32 (seqused_k is int32).
-        const int d0 = pos - j0;
-        return {(const T*)p.rel + (rel_row + d0), d0};
-    }
+    using Cursor = RelCursor<T>;
+    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }
     // Bias of key j0 + x: rel_logits[t, h, d] when 0 <= d < E, else 0, by a branch (no clamp);
     // -inf where the causal or window mask hides the key.
     __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
-        const int d = cu.d0 - x, wl = (int)p.window_left, E = (int)p.E;
+        const int d = cu.d0 - x, wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
         const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
         const bool visible = valid && d >= 0 && in_window;
         float b = 0.f;

@@ -16,23 +16,13 @@ struct ScoreModRow : RowBase {
         rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
         rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
     }
-    // Where a tile's cells gather: keys j0 + x for small x known where the caller unrolls, so
-    // their rel_logits elements sit at fixed offsets from one address (`at`, the element of key
-    // j0; only cells the select keeps dereference it).
-    struct Cursor {
-        const T* at;
-        int d0;
-    };
-    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const {
-        // Positions, E and the window fit int32 (seqused_k is int32).
-        const int d0 = pos - j0;
-        return {(const T*)p.rel + (rel_row + d0), d0};
-    }
+    using Cursor = RelCursor<T>;
+    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }
     // The final bias of key j0 + x (natural domain), -inf where the row may not see it. The
     // gather happens only where the select keeps it (0 <= d < E), so masked cells cost no load;
     // there the clamped index is d itself.
     __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
-        const int d = cu.d0 - x, wl = (int)p.window_left, E = (int)p.E;
+        const int d = cu.d0 - x, wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
         const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
         const bool visible = valid && d >= 0 && in_window;
         const bool in_extent = d >= 0 && (MUTANT(2) ? d <= E : d < E);

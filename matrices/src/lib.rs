@@ -138,6 +138,10 @@ pub const REGRESSION_CLASSES: &[(&str, &str)] = &[
         "large_launch_unwritten_rows",
         "rows left unwritten by long launches at production head counts",
     ),
+    (
+        "window_beyond_int32",
+        "a window wider than any int32 position narrowed to 32 bits",
+    ),
 ];
 
 fn tier_text(name: &str) -> Option<&'static str> {
