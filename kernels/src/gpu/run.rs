@@ -127,10 +127,9 @@ pub fn run_path(
     };
     let stages = ring_stages(&plan, g, &gpu.sm_limits(resident));
     let smem = launch_smem_bytes(g, stages) as u32;
-    let mut params = params(
-        gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len,
+    let params = params(
+        gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len, stages,
     );
-    params.ring_stages = stages as i32;
     let start = gpu
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -204,6 +203,7 @@ fn params(
     ws_o_len: usize,
     ws_lse_len: usize,
     shear_len: usize,
+    ring_stages: usize,
 ) -> Params {
     let g = &p.geometry;
     let i = |x: usize| x as i64;
@@ -249,7 +249,7 @@ fn params(
         ws_lse_size: i(ws_lse_len),
         shear_size: i(shear_len),
         scale: g.softmax_scale as f32,
-        ring_stages: DEC_MIN_STAGES as i32,
+        ring_stages: ring_stages as i32,
     }
 }
 
