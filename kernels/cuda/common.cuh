@@ -117,13 +117,14 @@ struct Params {
     float* ws_o;              // [num_splits, T, H, D] partial outputs (normalised)
     float* ws_lse;            // [num_splits, T, H] partial log-sum-exp
     void* shear;              // [T, H, shear_width] sheared bias (dtype)
+    unsigned* ws_count;       // [B, Hkv] finished decode splits (zero at allocation, reset by the merging CTA)
     i64 T, H, Hkv, G, D, E, B;
     i64 bt_stride, page_size;
     i64 k_off, k_block, k_slot, k_head;
     i64 v_off, v_block, v_slot, v_head;
     i64 window_left, num_splits, shear_width, real_rows;
     // Sizes in elements, for RELATTN_BOUNDS_CHECK.
-    i64 q_size, kv_size, rel_size, out_size, bt_size, ws_o_size, ws_lse_size, shear_size;
+    i64 q_size, kv_size, rel_size, out_size, bt_size, ws_o_size, ws_lse_size, shear_size, ws_count_size;
     float scale;
     int ring_stages;  // stages of the single-query CTAs' K/V ring (DEC_MIN_STAGES..DEC_MAX_STAGES)
 };
@@ -187,6 +188,25 @@ __device__ __forceinline__ float ld_ws_lse(const Params& p, i64 i) {
 __device__ __forceinline__ void st_ws_lse(const Params& p, i64 i, float x) {
     check_index(i, p.ws_lse_size);
     p.ws_lse[i] = x;
+}
+// Loads of partials that other CTAs of the same launch wrote: from L2 (`.cg`), never from a
+// line this SM's L1 may hold.
+__device__ __forceinline__ float ld_ws_lse_cg(const Params& p, i64 i) {
+    check_index(i, p.ws_lse_size);
+    float x;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(p.ws_lse + i));
+    return x;
+}
+// Eight partial-output elements from i (a multiple of 8: 32-byte aligned), two 16-byte loads.
+__device__ __forceinline__ void ld_ws_o8_cg(const Params& p, i64 i, float (&v)[8]) {
+    check_index(i, p.ws_o_size);
+    check_index(i + 7, p.ws_o_size);
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "l"(p.ws_o + i));
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
+                 : "l"(p.ws_o + i + 4));
 }
 
 // One request as the kernels see it.

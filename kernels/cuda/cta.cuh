@@ -136,21 +136,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-// cp.async.wait_group with a run-time count (uniform over the CTA), up to DEC_MAX_STAGES - 1.
+// cp.async.wait_group with a run-time count (uniform over the CTA), up to DEC_MAX_STAGES - 1
+// (the ring's depth is clamped to DEC_MAX_STAGES); any other count waits for every copy.
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {
+    static_assert(DEC_MAX_STAGES - 1 == 5, "one case per count up to DEC_MAX_STAGES - 1");
     switch (n) {
-    case 0: cp_async_wait<0>(); break;
     case 1: cp_async_wait<1>(); break;
     case 2: cp_async_wait<2>(); break;
     case 3: cp_async_wait<3>(); break;
     case 4: cp_async_wait<4>(); break;
     case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    case 7: cp_async_wait<7>(); break;
-    case 8: cp_async_wait<8>(); break;
-    case 9: cp_async_wait<9>(); break;
-    case 10: cp_async_wait<10>(); break;
-    case 11: cp_async_wait<11>(); break;
     default: cp_async_wait<0>(); break;
     }
 }
@@ -214,22 +209,36 @@ template <int NKEYS, bool WG> __device__ __forceinline__ unsigned tile_at(int r,
 // Where the rows of a key tile live. CTA-wide copies: thread x copies chunk x % 16 of rows
 // x / 16 + 8 k. Warp-private copies (WARP): warp w copies its own quarter of the tile, rows
 // w NKEYS / 4 + lane / 16 + 2 k, so the warp that reads those rows needs no barrier with the
-// others. Fetched ahead of the copies so the block-table reads overlap other work. `block` is -1
-// for keys outside the CTA's [lo, hi) (validated block tables hold no negative entry for a key
-// anyone may read).
+// others. Fetched ahead of the copies so the block-table reads overlap other work. A tile inside
+// one page (the usual case) reads the page's block once. A row's block is -1 for keys outside
+// the CTA's [lo, hi) (validated block tables hold no negative entry for a key anyone may read).
 template <int NKEYS, bool WARP = false> struct TileRows {
     static constexpr int PER = NKEYS / (THREADS / 16);
     static constexpr int STEP = WARP ? 2 : 8;  // rows between a thread's consecutive passes
-    int block[PER];  // block-table entries are int32
-    int slot[PER];
-    // Uniform: every row of the tile lies in one page (block `block0`), the thread's first row in
-    // slot `slot0`, so its rows' offsets step by STEP slots.
-    bool one_page;
+    // One-page tiles fill block[] and slot[] only for CTA-wide copies. The decode loop (warp
+    // copies) carries the next tile's rows through an iteration, so it keeps just the page's block
+    // and first slot and derives a row's when a partial tile needs it; the query-block loops copy
+    // right after fetching, where the filled arrays keep fewer values live (fewer spills).
+    static constexpr bool LAZY = WARP;
+    // Uniform: every row of the tile lies in one page (block `block0`, -1 when no key of the tile
+    // is the CTA's), the thread's first row in slot `slot0`, so its rows step by STEP slots;
+    // `whole`: every key of the tile is the CTA's as well.
+    bool one_page, whole;
+    int first;  // the tile's first key
     int block0, slot0;
+    int block[PER];  // tiles across pages: each row's block (int32 like the table) and slot
+    int slot[PER];
     static __device__ __forceinline__ int row(int k) {
         if constexpr (WARP) return (int)(threadIdx.x >> 5) * (NKEYS / 4) + (int)((threadIdx.x >> 4) & 1) + 2 * k;
         else return (int)(threadIdx.x >> 4) + 8 * k;
     }
+    // Block and slot of the thread's row k (block -1: outside [lo, hi)).
+    __device__ __forceinline__ int row_block(const Cta& c, int k) const {
+        if (!LAZY || !one_page) return block[k];
+        const int j = first + row(k);
+        return whole || (j >= (int)c.lo && j < (int)c.hi) ? block0 : -1;
+    }
+    __device__ __forceinline__ int row_slot(int k) const { return LAZY && one_page ? slot0 + STEP * k : slot[k]; }
 };
 static_assert(THREADS == 128, "warp-private copies split a tile over 4 warps of 2 rows per pass");
 
@@ -237,8 +246,8 @@ static_assert(THREADS == 128, "warp-private copies split a tile over 4 warps of 
 // read either). Key arithmetic is 32-bit: key positions are int32 like `seqused_k`, and tiles
 // (including those read ahead past hi) start below 2^31 - NKEYS; whether a tile meets [lo, hi)
 // is decided in 64 bits. Power-of-two page sizes take shifts instead of a division, and a tile
-// inside one page reads its block-table entry once and, when inside [lo, hi), skips the per-row
-// range checks. Every thread that copies rows of the tile must call this.
+// inside one page reads its block-table entry once. Every thread that copies rows of the tile
+// must call this.
 template <int NKEYS, bool WARP = false>
 __device__ __forceinline__ TileRows<NKEYS, WARP> fetch_rows(const Params& p, const Cta& c, i64 j0) {
     using Rows = TileRows<NKEYS, WARP>;
@@ -248,21 +257,22 @@ __device__ __forceinline__ TileRows<NKEYS, WARP> fetch_rows(const Params& p, con
     const int sh = __ffs(ps) - 1;
     const i64 row0 = c.b * p.bt_stride;
     // Uniform over the CTA.
-    const bool whole = j0 >= c.lo && j0 + NKEYS <= c.hi;
     const bool any = j0 + NKEYS > c.lo && j0 < c.hi;
+    t.first = first;
+    t.whole = j0 >= c.lo && j0 + NKEYS <= c.hi;
     t.one_page = pow2 && (first >> sh) == ((first + NKEYS - 1) >> sh);
     t.block0 = -1;
     t.slot0 = 0;
     if (t.one_page) {  // every row in the first key's page
-        const int block = any ? (int)ld_block(p, row0 + (first >> sh)) : -1;
-        const int s0 = first & (ps - 1);
-        t.block0 = block;
-        t.slot0 = s0 + Rows::row(0);
+        t.block0 = any ? (int)ld_block(p, row0 + (first >> sh)) : -1;
+        t.slot0 = (first & (ps - 1)) + Rows::row(0);
+        if constexpr (!Rows::LAZY) {
 #pragma unroll
-        for (int k = 0; k < Rows::PER; ++k) {
-            const int r = Rows::row(k), j = first + r;
-            t.slot[k] = s0 + r;
-            t.block[k] = whole || (j >= lo && j < hi) ? block : -1;
+            for (int k = 0; k < Rows::PER; ++k) {
+                const int j = first + Rows::row(k);
+                t.slot[k] = t.slot0 + Rows::STEP * k;
+                t.block[k] = t.whole || (j >= lo && j < hi) ? t.block0 : -1;
+            }
         }
     } else {
 #pragma unroll
@@ -288,9 +298,10 @@ __device__ __forceinline__ void issue_tiles_unaligned(const Params& p, const Cta
 #pragma unroll
     for (int k = 0; k < TileRows<NKEYS, WARP>::PER; ++k) {
         const unsigned at = tile_at<NKEYS, WG>(TileRows<NKEYS, WARP>::row(k), ch);
-        if (t.block[k] >= 0) {
-            const i64 ko = (i64)t.block[k] * p.k_block + (i64)t.slot[k] * p.k_slot;
-            const i64 vo = (i64)t.block[k] * p.v_block + (i64)t.slot[k] * p.v_slot;
+        const int block = t.row_block(c, k);
+        if (block >= 0) {
+            const i64 ko = (i64)block * p.k_block + (i64)t.row_slot(k) * p.k_slot;
+            const i64 vo = (i64)block * p.v_block + (i64)t.row_slot(k) * p.v_slot;
             if (WITH_K) copy_chunk_u16(p, k_dst + at, kv_elem(p, kb + ko));
             if (WITH_V) copy_chunk_u16(p, v_dst + at, kv_elem(p, vb + vo));
         } else {
@@ -324,9 +335,10 @@ __device__ __forceinline__ void copy_row(const Params& p, bool in, unsigned k_at
 // Copy the rows `t` of K (when WITH_K) and of V (when WITH_V) into [NKEYS][HEAD_DIM] tiles at
 // those shared addresses (layout `tile_at<NKEYS, WG>`), asynchronously: one 16-byte chunk per
 // thread and row. Keys outside [lo, hi) become zeros, so garbage (NaN) in pages nobody may read
-// never reaches the arithmetic (0 * NaN would). A row's offset in the cache is computed once for
-// K and V when their block and slot strides agree (the packed layouts). Every thread that copies
-// rows of the tile (the CTA, or the warp for warp-private copies) must call this.
+// never reaches the arithmetic (0 * NaN would). Rows of a one-page tile step their K and V
+// pointers by a constant; a whole one-page tile (the common case) copies with no per-row test
+// and no zero stores at all. Every thread that copies rows of the tile (the CTA, or the warp for
+// warp-private copies) must call this.
 template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false, bool WARP = false>
 __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS, WARP>& t,
                                             unsigned k_dst, unsigned v_dst, bool aligned) {
@@ -338,32 +350,41 @@ __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const
     const unsigned short* kv = (const unsigned short*)p.kv;
     const unsigned short* kb = kv + (p.k_off + c.kvh * p.k_head + ch * 8);
     const unsigned short* vb = kv + (p.v_off + c.kvh * p.v_head + ch * 8);
-    // One row offset serves K and V when their strides agree (uniform), else each has its own.
-    const bool one = !(WITH_K && WITH_V) || (p.k_block == p.v_block && p.k_slot == p.v_slot);
-    const i64 blk = WITH_K ? p.k_block : p.v_block, slt = WITH_K ? p.k_slot : p.v_slot;
     using Rows = TileRows<NKEYS, WARP>;
-    if (one && t.one_page && t.block0 >= 0) {
-        // One page and one offset for K and V: the thread's rows step by STEP slots from its first.
-        const i64 o0 = (i64)((unsigned long long)(unsigned)t.block0 * (unsigned long long)blk +
-                             (unsigned long long)(unsigned)t.slot0 * (unsigned long long)slt);
-        const i64 step = (i64)Rows::STEP * slt;
+    if (t.one_page && t.whole && t.block0 >= 0) {
+        // block and slot are non-negative: unsigned products are cheaper.
+        const unsigned b = (unsigned)t.block0, sl = (unsigned)t.slot0;
+        const i64 ko = (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
+        const i64 vo = (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
+        const i64 k_step = (i64)Rows::STEP * p.k_slot, v_step = (i64)Rows::STEP * p.v_slot;
+        {
+            const unsigned short* kr = kb + ko;
+            const unsigned short* vr = vb + vo;
 #pragma unroll
-        for (int k = 0; k < Rows::PER; ++k) {
-            const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
-            const i64 o = o0 + k * step;
-            copy_row<WITH_K, WITH_V>(p, t.block[k] >= 0, k_dst + at, v_dst + at, kb, vb, o, o);
+            for (int k = 0; k < Rows::PER; ++k) {
+                const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
+                if (WITH_K) {
+                    kv_elem(p, kr - kv);
+                    cp_async16(k_dst + at, kr);
+                }
+                if (WITH_V) {
+                    kv_elem(p, vr - kv);
+                    cp_async16(v_dst + at, vr);
+                }
+                kr += k_step;
+                vr += v_step;
+            }
+            return;
         }
-        return;
     }
 #pragma unroll
     for (int k = 0; k < Rows::PER; ++k) {
         const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
-        // block and slot are non-negative where used: unsigned products are cheaper.
-        const unsigned b = (unsigned)t.block[k], sl = (unsigned)t.slot[k];
-        const i64 ko = one ? (i64)((unsigned long long)b * (unsigned long long)blk + (unsigned long long)sl * (unsigned long long)slt)
-                           : (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
-        const i64 vo = one ? ko : (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
-        copy_row<WITH_K, WITH_V>(p, t.block[k] >= 0, k_dst + at, v_dst + at, kb, vb, ko, vo);
+        const int block = t.row_block(c, k);
+        const unsigned b = (unsigned)block, sl = (unsigned)t.row_slot(k);
+        const i64 ko = (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
+        const i64 vo = (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
+        copy_row<WITH_K, WITH_V>(p, block >= 0, k_dst + at, v_dst + at, kb, vb, ko, vo);
     }
 }
 

@@ -118,14 +118,11 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     spec.page_size = 16;
     let g = geometry(&spec);
     let plan = plan_launches(PathId::Fallback, &g, Splits::Policy).unwrap();
-    assert_eq!(stages(&plan), [Stage::Decode, Stage::Merge]);
+    // One launch: the merge runs in the last CTA of each request and KV head.
+    assert_eq!(stages(&plan), [Stage::Decode]);
+    assert!(plan.has_stage(Stage::Decode) && !plan.has_stage(Stage::Main));
     assert_eq!(plan.num_splits, routing::decode_split_count(9000, -1));
     assert_eq!(plan.launches[0].grid, (plan.num_splits as u32, 2, 3));
-    assert_eq!(
-        plan.launches[1].grid,
-        (2, 8, 1),
-        "merge over real rows x heads"
-    );
     let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(3)).unwrap();
     assert_eq!((forced.num_splits, forced.workspace_splits), (3, 3));
     let one = plan_launches(PathId::Fallback, &g, Splits::Forced(1)).unwrap();
@@ -218,6 +215,17 @@ fn decode_splits_match_spec_and_routing() {
             for w in live.windows(2) {
                 assert_eq!(w[0].end, w[1].start);
             }
+            // The decode kernel's merging CTA takes the non-empty splits to be exactly the first
+            // ceil(eff / split_len) (`decode_nonempty` in fallback.cu).
+            let split_len = eff.div_ceil(splits).div_ceil(32) * 32;
+            let n = eff.div_ceil(split_len);
+            assert_eq!(
+                live.len(),
+                n,
+                "kv_len {kv_len} window {window} splits {splits}"
+            );
+            assert!((0..splits)
+                .all(|s| decode_split_keys(kv_len, window, splits, s).is_some() == (s < n)));
             // Same key ranges as routing's formula wherever it has keys.
             let routed = routing::decode_split_ranges(kv_len, window, splits);
             let routed: Vec<_> = routed

@@ -74,6 +74,13 @@ pub struct LaunchPlan {
     pub shear_width: usize,
 }
 
+impl LaunchPlan {
+    /// Whether one of the launches runs `stage`.
+    pub fn has_stage(&self, stage: Stage) -> bool {
+        self.launches.iter().any(|l| l.stage == stage)
+    }
+}
+
 fn unsupported(path: PathId, reason: impl Into<String>) -> GpuError {
     GpuError::Unsupported {
         path,
@@ -303,13 +310,10 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             }
             if decode {
                 let sx = dim(path, "num_splits", s, i32::MAX as usize)?;
+                // One launch: its last CTA per request and KV head merges the splits.
                 launches.push(Launch {
                     stage: Stage::Decode,
                     grid: (sx, kv_heads, batch),
-                });
-                launches.push(Launch {
-                    stage: Stage::Merge,
-                    grid: (rows, heads, 1),
                 });
                 (s, s, 0)
             } else {

@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 /// Field names of the C struct in declaration order (checked against common.cuh by a test).
-pub const FIELDS: [&str; 41] = [
+pub const FIELDS: [&str; 43] = [
     "q",
     "kv",
     "rel",
@@ -15,6 +15,7 @@ pub const FIELDS: [&str; 41] = [
     "ws_o",
     "ws_lse",
     "shear",
+    "ws_count",
     "T",
     "H",
     "Hkv",
@@ -44,6 +45,7 @@ pub const FIELDS: [&str; 41] = [
     "ws_o_size",
     "ws_lse_size",
     "shear_size",
+    "ws_count_size",
     "scale",
     "ring_stages",
 ];
@@ -62,6 +64,8 @@ pub struct Params {
     pub ws_o: u64,
     pub ws_lse: u64,
     pub shear: u64,
+    /// `[B, Hkv]` u32 counters of the fallback decode kernel's finished splits (zeroed).
+    pub ws_count: u64,
     pub t: i64,
     pub h: i64,
     pub hkv: i64,
@@ -91,13 +95,14 @@ pub struct Params {
     pub ws_o_size: i64,
     pub ws_lse_size: i64,
     pub shear_size: i64,
+    pub ws_count_size: i64,
     pub scale: f32,
     /// Stages of the single-query CTAs' K/V ring (`ring_stages`; sized into the launch's shared memory).
     pub ring_stages: i32,
 }
 
-/// Bytes of the C struct (40 eight-byte fields and one f32 + i32 pair).
-pub const PARAMS_BYTES: usize = 320;
+/// Bytes of the C struct (41 eight-byte fields and one f32 + i32 pair).
+pub const PARAMS_BYTES: usize = 336;
 
 /// The field names of `struct Params` as declared in a C source, in order.
 pub fn c_struct_fields(source: &str) -> Option<Vec<String>> {

@@ -101,6 +101,15 @@ pub fn run_path(
     }
     ffi::fill_bytes(stream, &mut shear, 0xFF)
         .map_err(driver("poisoning the sheared bias buffer"))?;
+    // The decode kernel's split counters start at zero (its merging CTAs leave them at zero).
+    let count_len = if plan.has_stage(Stage::Decode) {
+        g.batch() * g.num_kv_heads
+    } else {
+        0
+    };
+    let ws_count = stream
+        .alloc_zeros::<u32>(count_len.max(1))
+        .map_err(driver("allocating the split counters"))?;
     // A fresh `out` holding the poison image (the kernels write it in place).
     // (Never empty: a zero-length allocation is refused by some drivers.)
     let mut image = problem.out_poison.clone();
@@ -127,9 +136,17 @@ pub fn run_path(
     };
     let stages = ring_stages(&plan, g, &gpu.sm_limits(resident));
     let smem = launch_smem_bytes(g, stages) as u32;
-    let params = params(
-        gpu, problem, &plan, &out, &ws_o, &ws_lse, &shear, ws_o_len, ws_lse_len, shear_len, stages,
-    );
+    let workspaces = Workspaces {
+        ws_o: &ws_o,
+        ws_lse: &ws_lse,
+        shear: &shear,
+        ws_count: &ws_count,
+        ws_o_len,
+        ws_lse_len,
+        shear_len,
+        count_len,
+    };
+    let params = params(gpu, problem, &plan, &out, &workspaces, stages);
     let start = gpu
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -144,7 +161,7 @@ pub fn run_path(
         let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
         let dynamic = match launch.stage {
             Stage::Main | Stage::Decode => smem,
-            Stage::Prologue | Stage::Combine | Stage::Merge => 0,
+            Stage::Prologue | Stage::Combine => 0,
         };
         ffi::launch(stream, func, launch.grid, CTA_THREADS, dynamic, &params)
             .map_err(after_launch(&name))?;
@@ -191,18 +208,24 @@ pub fn run_path(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A run's workspaces and their lengths in elements.
+struct Workspaces<'a> {
+    ws_o: &'a CudaSlice<f32>,
+    ws_lse: &'a CudaSlice<f32>,
+    shear: &'a CudaSlice<u8>,
+    ws_count: &'a CudaSlice<u32>,
+    ws_o_len: usize,
+    ws_lse_len: usize,
+    shear_len: usize,
+    count_len: usize,
+}
+
 fn params(
     gpu: &Gpu,
     p: &DeviceProblem,
     plan: &LaunchPlan,
     out: &CudaSlice<u8>,
-    ws_o: &CudaSlice<f32>,
-    ws_lse: &CudaSlice<f32>,
-    shear: &CudaSlice<u8>,
-    ws_o_len: usize,
-    ws_lse_len: usize,
-    shear_len: usize,
+    ws: &Workspaces,
     ring_stages: usize,
 ) -> Params {
     let g = &p.geometry;
@@ -216,9 +239,10 @@ fn params(
         block_table: ptr(gpu, &p.block_table),
         seqused_k: ptr(gpu, &p.seqused_k),
         cu_seqlens_q: ptr(gpu, &p.cu_seqlens_q),
-        ws_o: ptr(gpu, ws_o),
-        ws_lse: ptr(gpu, ws_lse),
-        shear: ptr(gpu, shear),
+        ws_o: ptr(gpu, ws.ws_o),
+        ws_lse: ptr(gpu, ws.ws_lse),
+        shear: ptr(gpu, ws.shear),
+        ws_count: ptr(gpu, ws.ws_count),
         t: i(t),
         h: i(h),
         hkv: i(g.num_kv_heads),
@@ -245,9 +269,10 @@ fn params(
         rel_size: i(t * h * e),
         out_size: i(t * h * d),
         bt_size: i(g.batch() * g.max_pages),
-        ws_o_size: i(ws_o_len),
-        ws_lse_size: i(ws_lse_len),
-        shear_size: i(shear_len),
+        ws_o_size: i(ws.ws_o_len),
+        ws_lse_size: i(ws.ws_lse_len),
+        shear_size: i(ws.shear_len),
+        ws_count_size: i(ws.count_len),
         scale: g.softmax_scale as f32,
         ring_stages: ring_stages as i32,
     }

@@ -59,10 +59,9 @@ pub enum Stage {
     Main,
     /// sheared_bias: merge split partials.
     Combine,
-    /// fallback: split-KV decode, stage 1.
+    /// fallback: split-KV decode (stage 1 in every CTA, stage 2, the merge, in the last CTA of
+    /// each request and KV head).
     Decode,
-    /// fallback: split-KV decode, stage 2.
-    Merge,
 }
 
 impl Stage {
@@ -72,7 +71,6 @@ impl Stage {
             Stage::Main => "main",
             Stage::Combine => "combine",
             Stage::Decode => "decode",
-            Stage::Merge => "merge",
         }
     }
 
@@ -81,7 +79,7 @@ impl Stage {
         match path {
             PathId::ScoreMod => &[Stage::Main],
             PathId::ShearedBias => &[Stage::Prologue, Stage::Main, Stage::Combine],
-            PathId::Fallback => &[Stage::Main, Stage::Decode, Stage::Merge],
+            PathId::Fallback => &[Stage::Main, Stage::Decode],
         }
     }
 }
