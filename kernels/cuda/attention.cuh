@@ -32,23 +32,20 @@ __device__ __forceinline__ void tile_bias(const Params& p, const Cta& c, const R
     }
 }
 
-// Scores into the log2 domain: s * scale2 on far tiles, s * scale2 + bias * log2(e) elsewhere.
+// Scores into the log2 domain, s * scale2 + bias * log2(e), on tiles that are not far; far tiles
+// (no bias) keep the raw products and the softmax applies scale2 (the scale it is to use is
+// returned).
 template <class T, int NT>
-__device__ __forceinline__ void scale_scores(bool far, float scale2, const unsigned (&x)[NT][2], float (&s)[NT][4]) {
-    if (far) {
+__device__ __forceinline__ float scale_scores(bool far, float scale2, const unsigned (&x)[NT][2], float (&s)[NT][4]) {
+    if (far) return scale2;
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
-    } else {
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * LOG2E);
-            s[n][1] = fmaf(s[n][1], scale2, Tc<T>::hi(x[n][0]) * LOG2E);
-            s[n][2] = fmaf(s[n][2], scale2, Tc<T>::lo(x[n][1]) * LOG2E);
-            s[n][3] = fmaf(s[n][3], scale2, Tc<T>::hi(x[n][1]) * LOG2E);
-        }
+    for (int n = 0; n < NT; ++n) {
+        s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * LOG2E);
+        s[n][1] = fmaf(s[n][1], scale2, Tc<T>::hi(x[n][0]) * LOG2E);
+        s[n][2] = fmaf(s[n][2], scale2, Tc<T>::lo(x[n][1]) * LOG2E);
+        s[n][3] = fmaf(s[n][3], scale2, Tc<T>::hi(x[n][1]) * LOG2E);
     }
+    return 1.f;
 }
 
 // Rescale the output rows of the thread (cells 0, 1: row a; 2, 3: row b) by the softmax's alpha.
@@ -214,13 +211,13 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         mm.qk_issue(s);
         if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
         mm.qk_wait(s);
-        scale_scores<T>(far, scale2, x, s);
+        const float sc = scale_scores<T>(far, scale2, x, s);
         __syncthreads();  // every warp is done with K(it)
         if (it + 1 < nt) load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt + KEY_TILE, mm.sk, 0u, aligned);
         cp_async_commit();
         unsigned pa[4][4];
         float alpha[2];
-        softmax_tile<T, 8>(s, m, l, alpha, pa);
+        softmax_tile<T, 8>(s, sc, m, l, alpha, pa);
         rescale(o, alpha);
         cp_async_wait<1>();  // V(it) has landed
         mm.landed();
@@ -330,7 +327,7 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
             for (int e = 0; e < 4; ++e) s[n][e] = fmaf(acc[n][e], scale2, s[n][e]);
         unsigned pa[1][4];
         float alpha[2];
-        softmax_tile<T, 2>(s, m, l, alpha, pa);
+        softmax_tile<T, 2>(s, 1.f, m, l, alpha, pa);
         rescale(o, alpha);
 #pragma unroll
         for (int dp = 0; dp < 8; ++dp) {

@@ -450,13 +450,16 @@ __device__ __forceinline__ bool far_tile(const Params& p, const Cta& c, i64 kt, 
 }
 
 // One tile of online softmax (log2 domain) for the thread's rows a (cells 0, 1) and b (cells 2, 3)
-// of NT score fragments: running max m and sum l in fp32 (the sum over the fp32 p, before
-// rounding), alpha = the rescale of earlier tiles, and P rounded to the dtype as A fragments of
-// NT / 2 k-steps. A row that has seen nothing visible keeps m = -inf and gets p = 0.
+// of NT score fragments s x sc (sc > 0: the log2-domain scale when the caller left it out of s,
+// else 1): running max m and sum l in fp32 (the sum over the fp32 p, before rounding), alpha =
+// the rescale of earlier tiles, and P rounded to the dtype as A fragments of NT / 2 k-steps. The
+// maximum is taken before scaling (rounding is monotonic, so it is the maximum of the scaled
+// scores) and each p is exp2(fma(s, sc, -max)), one instruction fewer per score than scaling
+// first. A row that has seen nothing visible keeps m = -inf and gets p = 0.
 template <class T, int NT>
-__device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                             unsigned (&pa)[NT / 2][4]) {
-    float mx[2] = {m[0], m[1]};
+__device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float sc, float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], unsigned (&pa)[NT / 2][4]) {
+    float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
@@ -467,6 +470,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float (&m)[2], f
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        mx[r] = fmaxf(m[r], mx[r] * sc);
         use[r] = mx[r] == neg_inf() ? 0.f : mx[r];  // exp2(-inf - -inf) would be NaN
         alpha[r] = fast_exp2(m[r] - use[r]);
         m[r] = mx[r];
@@ -475,7 +479,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float (&m)[2], f
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[n][e] = fast_exp2(s[n][e] - use[e >> 1]);
+            s[n][e] = fast_exp2(fmaf(s[n][e], sc, -use[e >> 1]));
             sum[e >> 1] += s[n][e];
         }
     }
