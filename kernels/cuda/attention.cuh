@@ -33,11 +33,19 @@ __device__ __forceinline__ void tile_bias(const Params& p, const Cta& c, const R
 }
 
 // Scores into the log2 domain, s * scale2 + bias * log2(e), on tiles that are not far; far tiles
-// (no bias) keep the raw products and the softmax applies scale2 (the scale it is to use is
-// returned).
+// (no bias) keep the raw products and the softmax applies scale2 when it is positive (its
+// maximum over raw scores is then the maximum of the scaled ones), else they are scaled here.
+// Returns the scale the softmax is to apply.
 template <class T, int NT>
 __device__ __forceinline__ float scale_scores(bool far, float scale2, const unsigned (&x)[NT][2], float (&s)[NT][4]) {
-    if (far) return scale2;
+    if (far) {
+        if (scale2 > 0.f) return scale2;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
+        return 1.f;
+    }
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * LOG2E);

@@ -194,7 +194,7 @@ __device__ __forceinline__ void st_ws_lse(const Params& p, i64 i, float x) {
 __device__ __forceinline__ float ld_ws_lse_cg(const Params& p, i64 i) {
     check_index(i, p.ws_lse_size);
     float x;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(p.ws_lse + i));
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(p.ws_lse + i) : "memory");
     return x;
 }
 // Eight partial-output elements from i (a multiple of 8: 32-byte aligned), two 16-byte loads.
@@ -203,10 +203,12 @@ __device__ __forceinline__ void ld_ws_o8_cg(const Params& p, i64 i, float (&v)[8
     check_index(i + 7, p.ws_o_size);
     asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-                 : "l"(p.ws_o + i));
+                 : "l"(p.ws_o + i)
+                 : "memory");
     asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
-                 : "l"(p.ws_o + i + 4));
+                 : "l"(p.ws_o + i + 4)
+                 : "memory");
 }
 
 // One request as the kernels see it.

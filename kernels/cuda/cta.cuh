@@ -221,8 +221,8 @@ template <int NKEYS, bool WARP = false> struct TileRows {
     // right after fetching, where the filled arrays keep fewer values live (fewer spills).
     static constexpr bool LAZY = WARP;
     // Uniform: every row of the tile lies in one page (block `block0`, -1 when no key of the tile
-    // is the CTA's), the thread's first row in slot `slot0`, so its rows step by STEP slots;
-    // `whole`: every key of the tile is the CTA's as well.
+    // is the CTA's; -1 on tiles across pages), the thread's first row in slot `slot0`, so its
+    // rows step by STEP slots; `whole`: every key of the tile is the CTA's as well.
     bool one_page, whole;
     int first;  // the tile's first key
     int block0, slot0;
@@ -336,8 +336,8 @@ __device__ __forceinline__ void copy_row(const Params& p, bool in, unsigned k_at
 // those shared addresses (layout `tile_at<NKEYS, WG>`), asynchronously: one 16-byte chunk per
 // thread and row. Keys outside [lo, hi) become zeros, so garbage (NaN) in pages nobody may read
 // never reaches the arithmetic (0 * NaN would). Rows of a one-page tile step their K and V
-// pointers by a constant; a whole one-page tile (the common case) copies with no per-row test
-// and no zero stores at all. Every thread that copies rows of the tile (the CTA, or the warp for
+// pointers by a constant; in a 16-byte-aligned view a whole one-page tile (the common case)
+// copies with no per-row test and no zero stores at all. Every thread that copies rows of the tile (the CTA, or the warp for
 // warp-private copies) must call this.
 template <int NKEYS, bool WITH_K, bool WITH_V, bool WG = false, bool WARP = false>
 __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const TileRows<NKEYS, WARP>& t,

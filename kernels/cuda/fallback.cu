@@ -52,10 +52,16 @@ __device__ void fallback_main(const Params& p) {
     run_cta<T, FallbackRow<T>>(p, c);
 }
 
+// Keys a decode request attends to (SPEC 4.3): min(Lk, window_left + 1) when windowed, else Lk
+// (compared before adding 1, so the largest windows cannot overflow).
+__device__ __forceinline__ i64 decode_eff(const Params& p, i64 kv_len) {
+    return p.window_left >= 0 && p.window_left < kv_len ? p.window_left + 1 : kv_len;
+}
+
 // Keys of decode split s of a request (SPEC 4.3): [kv_offset + s * split_len, ...), clipped to the
 // effective range; empty (returns false) iff s * split_len >= eff.
 __device__ __forceinline__ bool decode_split(const Params& p, i64 kv_len, i64 s, i64& lo, i64& hi) {
-    const i64 eff = p.window_left >= 0 ? imin(kv_len, p.window_left + 1) : kv_len;
+    const i64 eff = decode_eff(p, kv_len);
     const i64 kv_offset = kv_len - eff;
     const i64 split_len = cdiv(cdiv(eff, p.num_splits), 32) * 32;
     lo = kv_offset + s * split_len;
@@ -65,7 +71,7 @@ __device__ __forceinline__ bool decode_split(const Params& p, i64 kv_len, i64 s,
 
 // Non-empty decode splits of a request: the first ceil(eff / split_len) (0 when eff is 0).
 __device__ __forceinline__ i64 decode_nonempty(const Params& p, i64 kv_len) {
-    const i64 eff = p.window_left >= 0 ? imin(kv_len, p.window_left + 1) : kv_len;
+    const i64 eff = decode_eff(p, kv_len);
     return eff > 0 ? cdiv(eff, cdiv(cdiv(eff, p.num_splits), 32) * 32) : 0;
 }
 

@@ -41,7 +41,7 @@ impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.is_local() {
             write!(f, "global_e{}", self.extent)
-        } else if self.window_left + 1 == self.extent as i64 {
+        } else if self.window_left.checked_add(1) == i64::try_from(self.extent).ok() {
             write!(f, "local_e{}", self.extent)
         } else {
             write!(f, "local_e{}_w{}", self.extent, self.window_left)
@@ -59,13 +59,15 @@ impl FromStr for Layer {
             )
         };
         let number = |t: &str| t.parse::<usize>().map_err(|_| usage());
+        // A window is an i64 (SPEC `window_left`): larger numbers are refused, not wrapped.
+        let window = |t: &str| t.parse::<i64>().ok().filter(|w| *w >= 0).ok_or_else(usage);
         let layer = if let Some(rest) = s.strip_prefix("global_e") {
             Layer::global(number(rest)?)
         } else if let Some(rest) = s.strip_prefix("local_e") {
             match rest.split_once("_w") {
                 Some((e, w)) => Layer {
                     extent: number(e)?,
-                    window_left: number(w)? as i64,
+                    window_left: window(w)?,
                 },
                 None => Layer::local(number(rest)?),
             }
@@ -76,5 +78,33 @@ impl FromStr for Layer {
             return Err("the extent E must be at least 1".to_string());
         }
         Ok(layer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_up_to_the_largest_window() {
+        for name in [
+            "global_e1024",
+            "local_e512",
+            "local_e512_w300",
+            "local_e512_w4294967296",
+            "local_e512_w9223372036854775807",
+        ] {
+            let layer: Layer = name.parse().unwrap();
+            assert_eq!(layer.to_string(), name);
+        }
+        assert_eq!(
+            "local_e512_w9223372036854775807"
+                .parse::<Layer>()
+                .unwrap()
+                .window_left,
+            i64::MAX
+        );
+        assert!("local_e512_w9223372036854775808".parse::<Layer>().is_err());
+        assert!("local_e512_w-3".parse::<Layer>().is_err());
     }
 }

@@ -89,6 +89,11 @@ fn bad_heads_layers_and_mixes_are_named() {
     assert_mentions(&layer, &["layers", "\"sliding_e512\"", "global_e<E>"]);
     let zero = error("[[group]]\nlayers = [\"global_e0\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]");
     assert_mentions(&zero, &["layers", "\"global_e0\""]);
+    // A window past i64 is refused (it used to wrap to -1, a global layer under a local name).
+    let huge = error(
+        "[[group]]\nlayers = [\"local_e512_w18446744073709551615\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]",
+    );
+    assert_mentions(&huge, &["layers", "local_e512_w18446744073709551615"]);
     let mix =
         error("[[group]]\nlayers = [\"global_e1024\"]\nheads = [[8, 1]]\nmixes = [\"burst\"]");
     assert_mentions(

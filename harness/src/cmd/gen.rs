@@ -246,7 +246,8 @@ fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
             GenSpec::global(1, 1, Vec::new(), 0)
         }
     };
-    let base_local = base.window_left >= 0 && base.window_left + 1 == base.rel_extent as i64;
+    let base_local = base.window_left >= 0
+        && base.window_left.checked_add(1) == i64::try_from(base.rel_extent).ok();
     let local = a.local || (a.window_left.is_none() && base_local);
     let head_dim = a.head_dim.unwrap_or(base.head_dim);
     // A preset keeps its own E unless it is made local here: local layers have E = 512.
