@@ -311,6 +311,13 @@ __device__ __forceinline__ void issue_tiles_unaligned(const Params& p, const Cta
     }
 }
 
+// Element offset of (block, slot) in the cache for these strides. Block and slot are
+// non-negative where used: unsigned products are cheaper.
+__device__ __forceinline__ i64 cache_offset(int block, int slot, i64 block_stride, i64 slot_stride) {
+    return (i64)((unsigned long long)(unsigned)block * (unsigned long long)block_stride +
+                 (unsigned long long)(unsigned)slot * (unsigned long long)slot_stride);
+}
+
 // One row's chunk of `issue_tiles`: K at kb + ko and V at vb + vo (element pointers into the
 // cache) to shared addresses k_at and v_at by cp.async, or zeros for a row outside [lo, hi).
 template <bool WITH_K, bool WITH_V>
@@ -352,39 +359,32 @@ __device__ __forceinline__ void issue_tiles(const Params& p, const Cta& c, const
     const unsigned short* vb = kv + (p.v_off + c.kvh * p.v_head + ch * 8);
     using Rows = TileRows<NKEYS, WARP>;
     if (t.one_page && t.whole && t.block0 >= 0) {
-        // block and slot are non-negative: unsigned products are cheaper.
-        const unsigned b = (unsigned)t.block0, sl = (unsigned)t.slot0;
-        const i64 ko = (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
-        const i64 vo = (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
         const i64 k_step = (i64)Rows::STEP * p.k_slot, v_step = (i64)Rows::STEP * p.v_slot;
-        {
-            const unsigned short* kr = kb + ko;
-            const unsigned short* vr = vb + vo;
+        const unsigned short* kr = kb + cache_offset(t.block0, t.slot0, p.k_block, p.k_slot);
+        const unsigned short* vr = vb + cache_offset(t.block0, t.slot0, p.v_block, p.v_slot);
 #pragma unroll
-            for (int k = 0; k < Rows::PER; ++k) {
-                const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
-                if (WITH_K) {
-                    kv_elem(p, kr - kv);
-                    cp_async16(k_dst + at, kr);
-                }
-                if (WITH_V) {
-                    kv_elem(p, vr - kv);
-                    cp_async16(v_dst + at, vr);
-                }
-                kr += k_step;
-                vr += v_step;
+        for (int k = 0; k < Rows::PER; ++k) {
+            const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
+            if (WITH_K) {
+                kv_elem(p, kr - kv);
+                cp_async16(k_dst + at, kr);
             }
-            return;
+            if (WITH_V) {
+                kv_elem(p, vr - kv);
+                cp_async16(v_dst + at, vr);
+            }
+            kr += k_step;
+            vr += v_step;
         }
+        return;
     }
 #pragma unroll
     for (int k = 0; k < Rows::PER; ++k) {
         const unsigned at = tile_at<NKEYS, WG>(Rows::row(k), ch);
-        const int block = t.row_block(c, k);
-        const unsigned b = (unsigned)block, sl = (unsigned)t.row_slot(k);
-        const i64 ko = (i64)((unsigned long long)b * (unsigned long long)p.k_block + (unsigned long long)sl * (unsigned long long)p.k_slot);
-        const i64 vo = (i64)((unsigned long long)b * (unsigned long long)p.v_block + (unsigned long long)sl * (unsigned long long)p.v_slot);
-        copy_row<WITH_K, WITH_V>(p, block >= 0, k_dst + at, v_dst + at, kb, vb, ko, vo);
+        const int block = t.row_block(c, k), slot = t.row_slot(k);
+        copy_row<WITH_K, WITH_V>(p, block >= 0, k_dst + at, v_dst + at, kb, vb,
+                                 cache_offset(block, slot, p.k_block, p.k_slot),
+                                 cache_offset(block, slot, p.v_block, p.v_slot));
     }
 }
 

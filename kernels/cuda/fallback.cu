@@ -58,12 +58,15 @@ __device__ __forceinline__ i64 decode_eff(const Params& p, i64 kv_len) {
     return p.window_left >= 0 && p.window_left < kv_len ? p.window_left + 1 : kv_len;
 }
 
+// Keys per decode split (SPEC 4.3): ceil(ceil(eff / S) / 32) * 32.
+__device__ __forceinline__ i64 decode_split_len(const Params& p, i64 eff) { return cdiv(cdiv(eff, p.num_splits), 32) * 32; }
+
 // Keys of decode split s of a request (SPEC 4.3): [kv_offset + s * split_len, ...), clipped to the
 // effective range; empty (returns false) iff s * split_len >= eff.
 __device__ __forceinline__ bool decode_split(const Params& p, i64 kv_len, i64 s, i64& lo, i64& hi) {
     const i64 eff = decode_eff(p, kv_len);
     const i64 kv_offset = kv_len - eff;
-    const i64 split_len = cdiv(cdiv(eff, p.num_splits), 32) * 32;
+    const i64 split_len = decode_split_len(p, eff);
     lo = kv_offset + s * split_len;
     hi = kv_offset + imin((s + 1) * split_len, eff);
     return s * split_len < eff;
@@ -72,7 +75,7 @@ __device__ __forceinline__ bool decode_split(const Params& p, i64 kv_len, i64 s,
 // Non-empty decode splits of a request: the first ceil(eff / split_len) (0 when eff is 0).
 __device__ __forceinline__ i64 decode_nonempty(const Params& p, i64 kv_len) {
     const i64 eff = decode_eff(p, kv_len);
-    return eff > 0 ? cdiv(eff, cdiv(cdiv(eff, p.num_splits), 32) * 32) : 0;
+    return eff > 0 ? cdiv(eff, decode_split_len(p, eff)) : 0;
 }
 
 // Whether this CTA is the last of the n non-empty splits of (request c.b, KV head c.kvh) to
