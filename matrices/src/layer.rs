@@ -41,7 +41,7 @@ impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.is_local() {
             write!(f, "global_e{}", self.extent)
-        } else if self.window_left.checked_add(1) == i64::try_from(self.extent).ok() {
+        } else if relattn_reference::window_spans_extent(self.window_left, self.extent) {
             write!(f, "local_e{}", self.extent)
         } else {
             write!(f, "local_e{}_w{}", self.extent, self.window_left)

@@ -66,7 +66,7 @@ impl Rule {
                 (!s.rel_extent.is_multiple_of(*n)).then(|| format!("E = {}", s.rel_extent))
             }
             Requirement::LocalWindowIsExtentMinusOne => (s.window_left >= 0
-                && s.window_left.checked_add(1) != i64::try_from(s.rel_extent).ok())
+                && !relattn_reference::window_spans_extent(s.window_left, s.rel_extent))
             .then(|| format!("window_left = {}, E = {}", s.window_left, s.rel_extent)),
             Requirement::DTypes(list) => {
                 (!list.contains(&s.dtype)).then(|| format!("dtype {}", s.dtype))

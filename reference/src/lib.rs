@@ -20,4 +20,6 @@ pub mod transform;
 pub use dtype::DType;
 pub use gen::{BiasMode, GenSpec, PageMode};
 pub use output::RefOutput;
-pub use problem::{CacheLayout, KvView, Problem, ProblemData, ProblemError, Request};
+pub use problem::{
+    window_spans_extent, CacheLayout, KvView, Problem, ProblemData, ProblemError, Request,
+};

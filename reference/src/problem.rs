@@ -148,6 +148,12 @@ pub struct ProblemData {
     pub cu_seqlens_q: Vec<i32>,
 }
 
+/// Whether a window is the model's local one for extent `rel_extent`: `window_left + 1 == E`, so
+/// every visible key carries a bias (false for `window_left = -1`, and no window overflows).
+pub fn window_spans_extent(window_left: i64, rel_extent: usize) -> bool {
+    window_left >= 0 && i128::from(window_left) + 1 == rel_extent as i128
+}
+
 /// One request of the packed batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
@@ -498,4 +504,18 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_spans_extent;
+
+    #[test]
+    fn only_a_window_of_e_minus_one_spans_the_extent() {
+        assert!(window_spans_extent(511, 512));
+        assert!(!window_spans_extent(300, 512));
+        assert!(!window_spans_extent(-1, 0));
+        assert!(!window_spans_extent(i64::MAX, usize::MAX));
+        assert!(!window_spans_extent(i64::MAX, 512));
+    }
 }

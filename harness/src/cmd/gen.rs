@@ -246,8 +246,7 @@ fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
             GenSpec::global(1, 1, Vec::new(), 0)
         }
     };
-    let base_local = base.window_left >= 0
-        && base.window_left.checked_add(1) == i64::try_from(base.rel_extent).ok();
+    let base_local = relattn_reference::window_spans_extent(base.window_left, base.rel_extent);
     let local = a.local || (a.window_left.is_none() && base_local);
     let head_dim = a.head_dim.unwrap_or(base.head_dim);
     // A preset keeps its own E unless it is made local here: local layers have E = 512.

@@ -216,7 +216,7 @@ pub fn check_path(
     }
     if spec.requires_window_equals_extent
         && window_left >= 0
-        && window_left.checked_add(1) != i64::try_from(e).ok()
+        && !relattn_reference::window_spans_extent(window_left, e)
     {
         return Err(format!(
             "{path} carries the window in the bias buffer, so a local layer needs window_left + 1 == rel_extent, \
