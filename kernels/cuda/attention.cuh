@@ -71,12 +71,87 @@ template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], con
     }
 }
 
+// rel_logits rows of a query block staged in shared memory one key tile ahead, for paths whose
+// bias is rel_logits[t, h, d] itself (`Row::REL_ROWS`). Only interior tiles are staged: every
+// key of the tile is the CTA's and every cell of every row has 0 <= d < E and d < window_left
+// (strictly, so the window's edge stays with the per-cell code), so no cell needs a mask or a
+// select and the bias is the gathered element. A row's cells of tile kt are d in
+// [pos - kt - 63, pos - kt]: 64 contiguous elements, copied as the 8 or 9 16-byte chunks that
+// hold them (the rows start on a chunk and E is a multiple of 8, so they lie inside the row).
+// Virtual row r takes REL_STAGE_ROW bytes at r * REL_STAGE_ROW; its first chunk is element
+// (pos - kt - 63) & ~7, so key kt + x sits at element 63 + ((pos + 1) & 7) - x of the row (kt is
+// a multiple of 8), the same for every tile. The copies join K's group of the same tile, so
+// the wait and barrier for K cover them; the stage is rewritten only after the barrier that
+// ends the tile's bias reads. Other tiles (the diagonal, the window's edge and d >= E, padding
+// rows, views that are not 16-byte aligned) keep `tile_bias`.
+#define REL_STAGE_ROW 144
+#define REL_STAGE_BYTES (MMA_ROWS * REL_STAGE_ROW)
+static_assert(REL_STAGE_ROW >= 9 * 16 && REL_STAGE_ROW % 16 == 0, "a staged row holds 9 chunks");
+static_assert(QUERY_SMEM_BYTES >= 2 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "mma.sync: K, V and the stage fit");
+static_assert(QUERY_SMEM_BYTES_WG >= 3 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "wgmma: Q, K, V and the stage fit");
+
+template <class T, class Row> struct RelStage {
+    bool on;  // uniform: this CTA stages (path, alignment, E, every row real)
+    unsigned stage;
+
+    __device__ __forceinline__ RelStage(const Params& p, const Cta& c, unsigned at) : stage(at) {
+        const bool rows_real = c.rows_q * (int)p.G == MMA_ROWS && c.i0 + c.rows_q <= c.r.q_len;
+        on = Row::REL_ROWS && rows_real && p.E > 0 && p.E % 8 == 0 && ((unsigned long long)p.rel & 15ull) == 0;
+    }
+    // Uniform over the CTA: tile kt is interior (the CTA's first row has the smallest d, its last
+    // row the largest).
+    __device__ __forceinline__ bool interior(const Params& p, const Cta& c, i64 kt) const {
+        const i64 d_min = c.r.prefix() + c.i0 - (kt + KEY_TILE - 1), d_max = c.hi - 1 - kt;
+        return on && kt >= c.lo && kt + KEY_TILE <= c.hi && d_min >= 0 && d_max < p.E &&
+               (p.window_left < 0 || d_max < p.window_left);
+    }
+    // Copy virtual row vr's elements of tile kt: the quad of the row's owners takes chunks
+    // tq, tq + 4 and tq + 8.
+    __device__ __forceinline__ void issue_row(const Params& p, const Row& row, int vr, int tq, i64 kt) const {
+        if constexpr (Row::REL_ROWS) {
+            const int a = row.pos - (int)kt - (KEY_TILE - 1);  // the row's smallest d, >= 0
+            const int chunks = ((a + KEY_TILE - 1) >> 3) - (a >> 3) + 1;
+            const i64 e = row.rel_row + (a & ~7) + 8 * tq;
+            const T* from = (const T*)p.rel + e;
+            const unsigned to = stage + (unsigned)(vr * REL_STAGE_ROW + 16 * tq);
+#pragma unroll
+            for (int k = 0; k < 3; ++k) {
+                if (tq + 4 * k < chunks) {
+                    check_index(e + 32 * k, p.rel_size);
+                    check_index(e + 32 * k + 7, p.rel_size);
+                    cp_async16(to + 64 * k, from + 32 * k);
+                }
+            }
+        }
+    }
+    // Copy tile kt's rows when it is interior: the thread copies for its rows a and b.
+    __device__ __forceinline__ void issue(const Params& p, const Cta& c, const Row& ra, const Row& rb, int warp, int g,
+                                          int tq, i64 kt) const {
+        if (!interior(p, c, kt)) return;
+        issue_row(p, ra, warp * 16 + g, tq, kt);
+        issue_row(p, rb, warp * 16 + g + 8, tq, kt);
+    }
+    // Biases of an interior tile, packed as `tile_bias` packs them (key j in the low half).
+    template <int NT>
+    __device__ __forceinline__ void read(const Row& ra, const Row& rb, int warp, int g, int tq,
+                                         unsigned (&x)[NT][2]) const {
+        const unsigned at_a = stage + (unsigned)((warp * 16 + g) * REL_STAGE_ROW + 2 * (63 + ((ra.pos + 1) & 7) - 2 * tq));
+        const unsigned at_b =
+            stage + (unsigned)((warp * 16 + g + 8) * REL_STAGE_ROW + 2 * (63 + ((rb.pos + 1) & 7) - 2 * tq));
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            x[n][0] = pack_u16(ld_shared_u16(at_a - 16 * n), ld_shared_u16(at_a - 16 * n - 2));
+            x[n][1] = pack_u16(ld_shared_u16(at_b - 16 * n), ld_shared_u16(at_b - 16 * n - 2));
+        }
+    }
+};
+
 // How a query block multiplies (the policy of `query_block`). mma.sync (every SM80+ GPU): warp w
 // owns virtual rows [16 w, 16 w + 16); m16n8k16 MMAs with Q in registers and K and V read from
 // XOR-swizzled tiles by `ldmatrix` (`.trans` for V).
 template <class T> struct SyncProducts {
     static constexpr bool WG = false;  // tile layout of `tile_at`
-    unsigned sk, sv;
+    unsigned sk, sv, sr;
     unsigned qf[8][4];
     int k_row, k_ch, v_row, v_ch;
     template <class Row>
@@ -85,6 +160,7 @@ template <class T> struct SyncProducts {
         const int lane = threadIdx.x & 31;
         sk = smem_addr(smem);
         sv = sk + KEY_TILE * HEAD_DIM * 2;
+        sr = sv + KEY_TILE * HEAD_DIM * 2;  // Q stays in registers: its tile holds the staged biases
         load_q_frag(p, ra, rb, tq, qf);
         // ldmatrix row/chunk of this lane: K (B of Q K^T, two n-tiles per x4) and V (B of P V).
         k_row = (lane & 7) + ((lane >> 4) << 3);
@@ -132,7 +208,7 @@ template <class T> struct SyncProducts {
 template <class T> struct WgProducts {
     static constexpr bool WG = true;
     static constexpr unsigned TILE_BYTES = KEY_TILE * HEAD_DIM * 2, HALF = KEY_TILE * 128;
-    unsigned sq, sk, sv;
+    unsigned sq, sk, sv, sr;
     // Q: virtual row r = 16 w + 8 h + g of the block; thread x copies chunk x % 16 of rows
     // x / 16 + 8 k (the rows of `issue_tiles`), zeros for rows not computed; the copies join the
     // first K tile's group.
@@ -142,6 +218,7 @@ template <class T> struct WgProducts {
         sq = smem_addr(smem);
         sk = sq + TILE_BYTES;
         sv = sk + TILE_BYTES;
+        sr = sv + TILE_BYTES;  // the staged biases (QUERY_SMEM_BYTES_WG)
         const int ch = threadIdx.x & 15;
 #pragma unroll
         for (int k = 0; k < MMA_ROWS / 8; ++k) {
@@ -203,7 +280,11 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
     const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
     const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
 
-    if (nt > 0) load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt0, mm.sk, 0u, aligned);
+    const RelStage<T, Row> rs(p, c, mm.sr);
+    if (nt > 0) {
+        load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt0, mm.sk, 0u, aligned);
+        rs.issue(p, c, ra, rb, warp, g, tq, kt0);
+    }
     cp_async_commit();
     for (int it = 0; it < nt; ++it) {
         const i64 kt = kt0 + (i64)it * KEY_TILE;
@@ -215,13 +296,17 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         __syncthreads();
         float s[8][4];
         unsigned x[8][2];
-        const bool far = far_tile(p, c, kt, KEY_TILE);
+        const bool far = far_tile(p, c, kt, KEY_TILE), staged = rs.interior(p, c, kt);
         mm.qk_issue(s);
-        if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
+        if (staged) rs.read(ra, rb, warp, g, tq, x);
+        else if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
         mm.qk_wait(s);
         const float sc = scale_scores<T>(far, scale2, x, s);
         __syncthreads();  // every warp is done with K(it)
-        if (it + 1 < nt) load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt + KEY_TILE, mm.sk, 0u, aligned);
+        if (it + 1 < nt) {
+            load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt + KEY_TILE, mm.sk, 0u, aligned);
+            rs.issue(p, c, ra, rb, warp, g, tq, kt + KEY_TILE);
+        }
         cp_async_commit();
         unsigned pa[4][4];
         float alpha[2];

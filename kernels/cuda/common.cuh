@@ -53,13 +53,16 @@ typedef long long i64;
 #define ATTN_SMEM_BYTES 69632
 #define SMEM_ALIGN 1024
 // Launches without single-query CTAs (no request with q_len 1, or G > 16, or fp32) need only the
-// query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN.
+// query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN; the wgmma query blocks (sm_90a) also
+// stage rel_logits rows after their Q, K and V tiles: QUERY_SMEM_BYTES_WG.
 #define QUERY_SMEM_BYTES 49152
+#define QUERY_SMEM_BYTES_WG 58368
 static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
 static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
 static_assert(QUERY_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
 static_assert(QUERY_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
-static_assert(ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES, "a launch with single-query CTAs runs query blocks too");
+static_assert(ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES && ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES_WG,
+              "a launch with single-query CTAs runs query blocks too");
 static_assert(ATTN_SMEM_BYTES >= DEC_Q_BYTES + DEC_MIN_STAGES * DEC_STAGE_BYTES, "the minimal decode ring fits");
 static_assert(DEC_Q_BYTES == 16 * HEAD_DIM * 2, "Q of a single-query CTA: 16 rows");
 static_assert(MMA_ROWS == KEY_TILE, "the wgmma kernel lays Q out like a key tile");

@@ -9,6 +9,7 @@
 template <class T>
 struct FallbackRow : RowBase {
     i64 rel_row;
+    static constexpr bool REL_ROWS = true;  // the bias is rel_logits[t, h, d] (`RelStage`)
     __device__ __forceinline__ FallbackRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
         place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);

@@ -77,6 +77,7 @@ template <class T>
 struct ShearedRow : RowBase {
     i64 shear_row;
     int base;
+    static constexpr bool REL_ROWS = false;  // the bias comes from the sheared buffer
     __device__ __forceinline__ ShearedRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
         place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);

@@ -6,7 +6,7 @@ use relattn_kernels::gpu::{
     native_arch, out_poison, padding_bits, plan_launches, policy_splits, ring_stages,
     sheared_split_keys, unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage,
     ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES,
-    DEC_STAGE_BYTES, QUERY_SMEM_BYTES, SHEAR_TILE, SMEM_ALIGN,
+    DEC_STAGE_BYTES, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -323,7 +323,10 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     assert_eq!(s, 3);
     assert!(on_sm(2, attention_smem_bytes(s)) <= H200.smem_per_sm);
     assert!(on_sm(2, attention_smem_bytes(s + 1)) > H200.smem_per_sm);
-    assert_eq!(launch_smem_bytes(&decode, s), attention_smem_bytes(s));
+    assert_eq!(
+        launch_smem_bytes(&decode, s, WGMMA_ARCH),
+        attention_smem_bytes(s)
+    );
     // 16 splits x 8 = 128 CTAs: one per SM, the deepest ring.
     let sheared = plan_launches(PathId::ShearedBias, &decode, Splits::Forced(16)).unwrap();
     assert_eq!(ring_stages(&sheared, &decode, &H200), DEC_MAX_STAGES);
@@ -381,17 +384,31 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     let prefill = geometry(&GenSpec::global(64, 8, vec![(64, 200), (9, 40)], 3));
     assert!(!has_single_query_ctas(&prefill));
     assert_eq!(
-        launch_smem_bytes(&prefill, 3),
+        launch_smem_bytes(&prefill, 3, "sm_86"),
         QUERY_SMEM_BYTES + SMEM_ALIGN
     );
-    assert!(on_sm(2, launch_smem_bytes(&prefill, 3)) <= 102_400);
+    assert!(on_sm(2, launch_smem_bytes(&prefill, 3, "sm_89")) <= 102_400);
+    // The wgmma query blocks (sm_90a) also stage rel_logits rows; three still fit an H200 SM,
+    // as their `__launch_bounds__` assume.
+    assert_eq!(WGMMA_ARCH, native_arch(Capability::new(9, 0)));
+    let wg = launch_smem_bytes(&prefill, 3, WGMMA_ARCH);
+    assert_eq!(wg, QUERY_SMEM_BYTES_WG + SMEM_ALIGN);
+    assert!(on_sm(3, wg) <= H200.smem_per_sm);
+    assert_eq!(
+        launch_smem_bytes(&prefill, 3, "sm_90"),
+        QUERY_SMEM_BYTES + SMEM_ALIGN
+    );
     // A q_len-1 request anywhere in the batch brings the ring.
     let mixed = geometry(&GenSpec::global(64, 8, vec![(64, 200), (1, 40)], 3));
     assert!(has_single_query_ctas(&mixed));
-    assert_eq!(
-        launch_smem_bytes(&mixed, DEC_MIN_STAGES),
-        attention_smem_bytes(DEC_MIN_STAGES)
-    );
+    for arch in ["sm_80", WGMMA_ARCH] {
+        assert_eq!(
+            launch_smem_bytes(&mixed, DEC_MIN_STAGES, arch),
+            attention_smem_bytes(DEC_MIN_STAGES)
+        );
+    }
+    // Its query blocks get what the prefill's would.
+    assert!(launch_smem_bytes(&mixed, DEC_MIN_STAGES, WGMMA_ARCH) >= wg);
     // fp32 runs the FMA loop, and G > 16 query blocks, even for q_len 1.
     let mut fp32 = GenSpec::global(8, 2, vec![(1, 40)], 3);
     fp32.dtype = DType::F32;
@@ -404,6 +421,7 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     ))));
     // The C side states the same sizes.
     assert_eq!(c_define("QUERY_SMEM_BYTES"), Some(QUERY_SMEM_BYTES));
+    assert_eq!(c_define("QUERY_SMEM_BYTES_WG"), Some(QUERY_SMEM_BYTES_WG));
 }
 
 #[test]

@@ -35,6 +35,11 @@ pub const ATTN_SMEM_BYTES: usize = 69632;
 /// Least dynamic shared memory of a launch without single-query CTAs, before alignment slack;
 /// mirrors `QUERY_SMEM_BYTES`.
 pub const QUERY_SMEM_BYTES: usize = 49152;
+/// The same for the wgmma query blocks (built for `sm_90a`), which also stage rel_logits rows
+/// in shared memory; mirrors `QUERY_SMEM_BYTES_WG`.
+pub const QUERY_SMEM_BYTES_WG: usize = 58368;
+/// The architecture whose query blocks are the wgmma kernels.
+pub const WGMMA_ARCH: &str = "sm_90a";
 /// Alignment the kernels give their tiles inside the dynamic shared memory (the launch adds this
 /// much slack); mirrors `SMEM_ALIGN`.
 pub const SMEM_ALIGN: usize = 1024;
@@ -203,12 +208,15 @@ pub fn attention_smem_bytes(stages: usize) -> usize {
     ATTN_SMEM_BYTES.max(DEC_Q_BYTES + stages * DEC_STAGE_BYTES) + SMEM_ALIGN
 }
 
-/// Dynamic shared memory of a problem's attention launch: with single-query CTAs their ring
-/// (`attention_smem_bytes`), else only the query block's tiles, so GPUs with 100 KiB per SM
-/// still hold two query-block CTAs.
-pub fn launch_smem_bytes(g: &Geometry, stages: usize) -> usize {
+/// Dynamic shared memory of a problem's attention launch for kernels built for `arch`: with
+/// single-query CTAs their ring (`attention_smem_bytes`), else only the query block's tiles (and
+/// on `WGMMA_ARCH` its staged rel_logits rows), so GPUs with 100 KiB per SM still hold two
+/// query-block CTAs.
+pub fn launch_smem_bytes(g: &Geometry, stages: usize, arch: &str) -> usize {
     if has_single_query_ctas(g) {
         attention_smem_bytes(stages)
+    } else if arch == WGMMA_ARCH {
+        QUERY_SMEM_BYTES_WG + SMEM_ALIGN
     } else {
         QUERY_SMEM_BYTES + SMEM_ALIGN
     }
