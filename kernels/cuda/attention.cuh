@@ -82,8 +82,9 @@ template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], con
 // (pos - kt - 63) & ~7, so key kt + x sits at element 63 + ((pos + 1) & 7) - x of the row (kt is
 // a multiple of 8), the same for every tile. The copies join K's group of the same tile, so
 // the wait and barrier for K cover them; the stage is rewritten only after the barrier that
-// ends the tile's bias reads. Other tiles (the diagonal, the window's edge and d >= E, padding
-// rows, views that are not 16-byte aligned) keep `tile_bias`.
+// ends the tile's bias reads. Other tiles (the diagonal, the window's edge, d reaching E) keep
+// `tile_bias`, as do whole CTAs with padding rows, E not a multiple of 8 or rel_logits not
+// 16-byte aligned.
 #define REL_STAGE_ROW 144
 #define REL_STAGE_BYTES (MMA_ROWS * REL_STAGE_ROW)
 static_assert(REL_STAGE_ROW >= 9 * 16 && REL_STAGE_ROW % 16 == 0, "a staged row holds 9 chunks");

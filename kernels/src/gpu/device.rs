@@ -5,7 +5,7 @@
 use super::compile::Compiled;
 use super::error::{driver, GpuError};
 use super::ffi;
-use super::launch_plan::SmLimits;
+use super::launch_plan::{SmLimits, WGMMA_ARCH};
 use super::plan::{check_arch, Variant};
 use super::source::{entry_name, Stage};
 use crate::routing::{Capability, PathId};
@@ -248,7 +248,7 @@ pub fn compile_arch(c: Capability) -> String {
 /// `compile_arch` without the override.
 pub fn native_arch(c: Capability) -> String {
     if c == Capability::new(9, 0) {
-        "sm_90a".to_string()
+        WGMMA_ARCH.to_string()
     } else {
         c.sm_name()
     }
