@@ -117,15 +117,16 @@ struct Params {
     const int* block_table;   // [B, bt_stride]
     const int* seqused_k;     // [B]
     const int* cu_seqlens_q;  // [B + 1]
-    float* ws_o;              // [num_splits, T, H, D] partial outputs (normalised)
-    float* ws_lse;            // [num_splits, T, H] partial log-sum-exp
+    float* ws_o;              // [slots, T, H, D] partial outputs (normalised): a slot per split or decode piece
+    float* ws_lse;            // [slots, T, H] partial log-sum-exp
     void* shear;              // [T, H, shear_width] sheared bias (dtype)
-    unsigned* ws_count;       // [B, Hkv] finished decode splits (zero at allocation, reset by the merging CTA)
+    unsigned* ws_count;       // finished decode splits [B, Hkv], then pieces [B, Hkv, num_splits] (zero at allocation, reset by the merging CTAs)
     i64 T, H, Hkv, G, D, E, B;
     i64 bt_stride, page_size;
     i64 k_off, k_block, k_slot, k_head;
     i64 v_off, v_block, v_slot, v_head;
     i64 window_left, num_splits, shear_width, real_rows;
+    i64 piece_keys;           // most keys of one piece of a fallback decode split
     // Sizes in elements, for RELATTN_BOUNDS_CHECK.
     i64 q_size, kv_size, rel_size, out_size, bt_size, ws_o_size, ws_lse_size, shear_size, ws_count_size;
     float scale;

@@ -2,10 +2,11 @@
 //! split range formulas the kernels share, and the output poison image.
 
 use relattn_kernels::gpu::{
-    attention_smem_bytes, decode_split_keys, files, has_single_query_ctas, launch_smem_bytes,
-    native_arch, out_poison, padding_bits, plan_launches, policy_splits, ring_stages,
-    sheared_split_keys, unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage,
-    ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES,
+    attention_smem_bytes, decode_piece_keys, decode_piece_keys_for, decode_piece_layout,
+    decode_split_keys, files, has_single_query_ctas, launch_smem_bytes, native_arch, out_poison,
+    padding_bits, plan_launches, policy_splits, ring_stages, sheared_split_keys, unwritten_bits,
+    Geometry, GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS,
+    DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES,
     DEC_STAGE_BYTES, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
@@ -122,9 +123,24 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     assert_eq!(stages(&plan), [Stage::Decode]);
     assert!(plan.has_stage(Stage::Decode) && !plan.has_stage(Stage::Main));
     assert_eq!(plan.num_splits, routing::decode_split_count(9000, -1));
-    assert_eq!(plan.launches[0].grid, (plan.num_splits as u32, 2, 3));
+    assert_eq!(plan.num_splits, 5);
+    // 30 split CTAs, far from DECODE_TARGET_CTAS: splits of 1824 keys are cut into 2 pieces of
+    // at most DECODE_MIN_PIECE_KEYS (1024), a CTA and a partial per piece; the workspace also
+    // holds the 5 splits' merged partials.
+    assert_eq!(plan.piece_keys, DECODE_MIN_PIECE_KEYS);
+    assert_eq!(plan.decode_pieces, 2);
+    assert_eq!(plan.launches[0].grid, (10, 2, 3));
+    assert_eq!(plan.workspace_splits, 10 + 5);
     let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(3)).unwrap();
-    assert_eq!((forced.num_splits, forced.workspace_splits), (3, 3));
+    assert_eq!((forced.num_splits, forced.decode_pieces), (3, 3));
+    assert_eq!(forced.workspace_splits, 9 + 3);
+    // Splits no longer than a piece are one piece each: a CTA per split.
+    let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(32)).unwrap();
+    assert_eq!(forced.decode_pieces, 1);
+    assert_eq!(
+        (forced.launches[0].grid.0, forced.workspace_splits),
+        (32, 32)
+    );
     let one = plan_launches(PathId::Fallback, &g, Splits::Forced(1)).unwrap();
     assert_eq!(stages(&one), [Stage::Main]);
     // Short global decode with small pages: the main kernel.
@@ -237,6 +253,113 @@ fn decode_splits_match_spec_and_routing() {
                 routed, live,
                 "kv_len {kv_len} window {window} splits {splits}"
             );
+        }
+    }
+}
+
+#[test]
+fn decode_pieces_fill_a_launch_only_when_splits_are_too_few() {
+    assert_eq!(DECODE_TARGET_CTAS, 256);
+    // decode128k (8 KV heads x 32 splits of 4096 keys): enough CTAs, no cut.
+    assert_eq!(
+        decode_piece_layout(4096, decode_piece_keys_for(256, 4096)).1,
+        1
+    );
+    // decode8k_b32 (32 requests x 8 KV heads x 4 splits): no cut.
+    assert_eq!(
+        decode_piece_layout(2048, decode_piece_keys_for(1024, 2048)).1,
+        1
+    );
+    // decode1m (1 KV head x 32 splits of 32768 keys): 8 pieces of 4096 keys, 256 CTAs.
+    assert_eq!(decode_piece_keys_for(32, 32768), 4096);
+    assert_eq!(decode_piece_layout(32768, 4096), (4096, 8));
+    // Short splits are never cut below DECODE_MIN_PIECE_KEYS.
+    assert_eq!(decode_piece_keys_for(1, 128), DECODE_MIN_PIECE_KEYS);
+    assert_eq!(decode_piece_layout(128, DECODE_MIN_PIECE_KEYS).1, 1);
+    assert_eq!(decode_piece_keys_for(1, 1 << 20), 4096);
+    for (ctas, split_len) in [(1usize, 1usize), (3, 5000), (40, 70000), (300, 1 << 20)] {
+        let keys = decode_piece_keys_for(ctas, split_len);
+        assert!(keys >= DECODE_MIN_PIECE_KEYS && keys.is_multiple_of(64));
+        let pieces = decode_piece_layout(split_len, keys).1;
+        assert!(
+            ctas * pieces <= DECODE_TARGET_CTAS.max(ctas) + ctas,
+            "{ctas} {split_len}"
+        );
+    }
+}
+
+#[test]
+fn decode_pieces_partition_each_split_in_order() {
+    for (kv_len, window) in [
+        (0usize, -1i64),
+        (1, -1),
+        (1025, -1),
+        (5000, -1),
+        (9000, 127),
+        (9000, 4999),
+        (131072, -1),
+        (1 << 20, -1),
+    ] {
+        for splits in [1usize, 2, 3, 5, 32] {
+            for piece_keys in [0usize, 64, 100, 1000, DECODE_MIN_PIECE_KEYS, 4096, 1 << 30] {
+                let what = format!(
+                    "kv_len {kv_len} window {window} splits {splits} piece_keys {piece_keys}"
+                );
+                let eff =
+                    decode_split_keys(kv_len, window, splits, 0).map_or(0, |r| kv_len - r.start);
+                let split_len = eff.div_ceil(splits).div_ceil(32) * 32;
+                let (piece_len, pieces) = decode_piece_layout(split_len, piece_keys);
+                assert!(piece_len.is_multiple_of(32) && pieces >= 1, "{what}");
+                assert!(
+                    piece_len <= piece_keys.max(32).div_ceil(32) * 32 || pieces == 1,
+                    "{what}"
+                );
+                if split_len <= piece_keys {
+                    assert_eq!(
+                        pieces, 1,
+                        "a split of at most piece_keys keys is one piece: {what}"
+                    );
+                }
+                let slots = splits * pieces;
+                let live: Vec<_> = (0..slots + pieces)
+                    .map(|u| decode_piece_keys(kv_len, window, splits, piece_keys, u))
+                    .collect();
+                // The non-empty pieces come first (the merging CTA reads the first n), and their
+                // count is the kernel's `DecodePieces::nonempty`.
+                let n = live.iter().take_while(|r| r.is_some()).count();
+                assert!(live[n..].iter().all(Option::is_none), "{what}");
+                let expect = if eff == 0 {
+                    0
+                } else {
+                    let full = eff.div_ceil(split_len);
+                    (full - 1) * pieces + (eff - (full - 1) * split_len).div_ceil(piece_len)
+                };
+                assert_eq!(n, expect, "{what}");
+                // In order, without gaps, each inside one split, and together each split.
+                let live: Vec<_> = live.into_iter().flatten().collect();
+                for w in live.windows(2) {
+                    assert_eq!(w[0].end, w[1].start, "{what}");
+                }
+                for (u, r) in live.iter().enumerate() {
+                    assert!(r.start < r.end && r.len() <= piece_len, "{what}");
+                    let split = decode_split_keys(kv_len, window, splits, u / pieces).unwrap();
+                    assert!(split.start <= r.start && r.end <= split.end, "{what}");
+                }
+                for s in 0..splits {
+                    let of_split: Vec<_> = live.iter().skip(s * pieces).take(pieces).collect();
+                    match decode_split_keys(kv_len, window, splits, s) {
+                        Some(split) => {
+                            assert_eq!(of_split.first().unwrap().start, split.start, "{what}");
+                            assert_eq!(
+                                of_split.iter().map(|r| r.len()).sum::<usize>(),
+                                split.len(),
+                                "{what}"
+                            );
+                        }
+                        None => assert!(of_split.is_empty(), "{what}"),
+                    }
+                }
+            }
         }
     }
 }

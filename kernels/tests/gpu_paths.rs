@@ -46,7 +46,12 @@ fn cases() -> Vec<Case> {
     let mut local = GenSpec::local(8, 2, 128, vec![(20, 400), (1, 300), (33, 33)], 12);
     local.page_size = 128;
     local.layout = CacheLayout::HndPacked;
-    let mut decode = GenSpec::global(8, 1, vec![(1, 2000), (1, 1), (0, 10), (1, 513)], 13);
+    let mut decode = GenSpec::global(
+        8,
+        1,
+        vec![(1, 2000), (1, 1), (0, 10), (1, 513), (1, 5000)],
+        13,
+    );
     decode.rel_extent = 256;
     decode.layout = CacheLayout::Contiguous;
     decode.padding_rows = 2;

@@ -45,6 +45,14 @@ pub const WGMMA_ARCH: &str = "sm_90a";
 pub const SMEM_ALIGN: usize = 1024;
 /// Shared memory the driver reserves per resident CTA (sm_80 and later).
 pub const SMEM_RESERVED_PER_CTA: usize = 1024;
+/// CTAs a fallback decode launch aims for: when `batch x num_kv_heads x num_splits` is fewer, the
+/// decode kernel cuts each split into pieces (`decode_piece_keys`), a CTA and a partial each, and
+/// merges a split's pieces into the split's partial. A function of the problem only, so results
+/// do not depend on the GPU's SM count.
+pub const DECODE_TARGET_CTAS: usize = 256;
+/// Fewest keys of a decode piece (16 key tiles): shorter pieces would spend more on starting
+/// CTAs and merging than they win.
+pub const DECODE_MIN_PIECE_KEYS: usize = 1024;
 /// The SM100 row's policy drives sheared_bias's split count wherever it runs.
 pub const SHEARED_POLICY_ARCH: Capability = Capability::new(10, 0);
 
@@ -73,8 +81,13 @@ pub struct LaunchPlan {
     pub num_splits: usize,
     /// In launch order; launches with an empty grid are left out.
     pub launches: Vec<Launch>,
-    /// Splits the fp32 partial workspace holds (0 = no workspace).
+    /// Partials the fp32 workspace holds, one per split or decode piece (0 = no workspace).
     pub workspace_splits: usize,
+    /// Most keys of a fallback decode piece (0 = no decode launch).
+    pub piece_keys: usize,
+    /// Pieces per split of the longest decode request (1 = splits are not cut; 0 = no decode
+    /// launch). With more than 1 the workspace also holds the splits' merged partials.
+    pub decode_pieces: usize,
     /// Slots per (row, head) of the sheared bias buffer (0 = no buffer).
     pub shear_width: usize,
 }
@@ -119,13 +132,63 @@ pub fn decode_split_keys(
     splits: usize,
     s: usize,
 ) -> Option<Range<usize>> {
-    let eff = match usize::try_from(window_left) {
-        Ok(w) => kv_len.min(w + 1),
-        Err(_) => kv_len,
-    };
+    let eff = decode_eff(kv_len, window_left);
     let offset = kv_len - eff;
-    let split_len = eff.div_ceil(splits.max(1)).div_ceil(32) * 32;
+    let split_len = decode_split_len(eff, splits);
     (s * split_len < eff).then(|| offset + s * split_len..offset + ((s + 1) * split_len).min(eff))
+}
+
+/// Keys a decode request attends to (SPEC 4.3): `min(kv_len, window_left + 1)` when windowed.
+fn decode_eff(kv_len: usize, window_left: i64) -> usize {
+    match usize::try_from(window_left) {
+        Ok(w) => kv_len.min(w.saturating_add(1)),
+        Err(_) => kv_len,
+    }
+}
+
+/// Keys of one decode split (SPEC 4.3): `ceil(ceil(eff / splits) / 32) * 32`.
+fn decode_split_len(eff: usize, splits: usize) -> usize {
+    eff.div_ceil(splits.max(1)).div_ceil(32) * 32
+}
+
+/// How the fallback decode kernel cuts a split of `split_len` keys into pieces of at most
+/// `piece_keys` (mirrors `DecodePieces` in fallback.cu): `(piece_len, pieces)` with
+/// `k = ceil(split_len / piece_keys)`, `piece_len = ceil(ceil(split_len / k) / 32) * 32` and
+/// `pieces = ceil(split_len / piece_len) <= k`.
+pub fn decode_piece_layout(split_len: usize, piece_keys: usize) -> (usize, usize) {
+    let k = split_len.div_ceil(piece_keys.max(1)).max(1);
+    let piece_len = (split_len.div_ceil(k).div_ceil(32) * 32).max(32);
+    (piece_len, split_len.div_ceil(piece_len).max(1))
+}
+
+/// Keys of decode piece `u` (CTA and workspace slot `u = s * pieces + j`: piece j of split s), or
+/// None when it is empty. The pieces of a split partition its keys in order, so the merge over
+/// the pieces is SPEC 4.3's merge over the splits on a finer partition of the same keys; a split
+/// of at most `piece_keys` keys is one piece, the split itself.
+pub fn decode_piece_keys(
+    kv_len: usize,
+    window_left: i64,
+    splits: usize,
+    piece_keys: usize,
+    u: usize,
+) -> Option<Range<usize>> {
+    let eff = decode_eff(kv_len, window_left);
+    let split_len = decode_split_len(eff, splits);
+    let (piece_len, pieces) = decode_piece_layout(split_len, piece_keys);
+    let (s, j) = (u / pieces, u % pieces);
+    let start = s * split_len + j * piece_len;
+    let end = (s * split_len + ((j + 1) * piece_len).min(split_len)).min(eff);
+    let offset = kv_len - eff;
+    (s < splits.max(1) && start < eff).then(|| offset + start..offset + end)
+}
+
+/// Most keys of a fallback decode piece for a launch of `ctas` split CTAs (`batch x num_kv_heads
+/// x num_splits`) whose longest split has `split_len` keys: the split length cut into as many
+/// pieces as bring the launch to `DECODE_TARGET_CTAS`, rounded up to whole key tiles, at least
+/// `DECODE_MIN_PIECE_KEYS`. At least `split_len` (one piece per split) when no cut is needed.
+pub fn decode_piece_keys_for(ctas: usize, split_len: usize) -> usize {
+    let k = DECODE_TARGET_CTAS.div_ceil(ctas.max(1)).max(1);
+    (split_len.div_ceil(k).div_ceil(64) * 64).max(DECODE_MIN_PIECE_KEYS)
 }
 
 /// The split count the production policy picks for `path` on this problem.
@@ -259,6 +322,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     let kv_heads = dim(path, "num_kv_heads", g.num_kv_heads, 65535)?;
     let group_tiles = q_tiles(CTA_ROWS / g_size)?;
     let mut launches = Vec::new();
+    let (mut piece_keys, mut decode_pieces) = (0, 0);
     let (num_splits, workspace_splits, shear_width) = match path {
         PathId::ScoreMod => {
             if let Splits::Forced(n) = splits {
@@ -317,13 +381,21 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                 ));
             }
             if decode {
-                let sx = dim(path, "num_splits", s, i32::MAX as usize)?;
-                // One launch: its last CTA per request and KV head merges the splits.
+                // A CTA per piece of a split; the longest request's splits have the most pieces.
+                let split_len = decode_split_len(decode_eff(g.max_kv_len(), g.window_left), s);
+                let ctas = g.batch().saturating_mul(g.num_kv_heads).saturating_mul(s);
+                piece_keys = decode_piece_keys_for(ctas, split_len);
+                let (_, pieces) = decode_piece_layout(split_len, piece_keys);
+                decode_pieces = pieces;
+                let slots = s.saturating_mul(pieces);
+                let sx = dim(path, "num_splits x decode pieces", slots, i32::MAX as usize)?;
+                // One launch: its last CTA per request and KV head merges the pieces.
                 launches.push(Launch {
                     stage: Stage::Decode,
                     grid: (sx, kv_heads, batch),
                 });
-                (s, s, 0)
+                // Piece partials, then (when a split has several pieces) the splits' partials.
+                (s, if pieces > 1 { slots + s } else { slots }, 0)
             } else {
                 launches.push(Launch {
                     stage: Stage::Main,
@@ -339,6 +411,8 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
         num_splits,
         launches,
         workspace_splits,
+        piece_keys,
+        decode_pieces,
         shear_width,
     })
 }

@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 /// Field names of the C struct in declaration order (checked against common.cuh by a test).
-pub const FIELDS: [&str; 43] = [
+pub const FIELDS: [&str; 44] = [
     "q",
     "kv",
     "rel",
@@ -37,6 +37,7 @@ pub const FIELDS: [&str; 43] = [
     "num_splits",
     "shear_width",
     "real_rows",
+    "piece_keys",
     "q_size",
     "kv_size",
     "rel_size",
@@ -87,6 +88,8 @@ pub struct Params {
     pub num_splits: i64,
     pub shear_width: i64,
     pub real_rows: i64,
+    /// Most keys of one fallback decode piece (`LaunchPlan::piece_keys`; 0 without decode).
+    pub piece_keys: i64,
     pub q_size: i64,
     pub kv_size: i64,
     pub rel_size: i64,
@@ -101,8 +104,8 @@ pub struct Params {
     pub ring_stages: i32,
 }
 
-/// Bytes of the C struct (41 eight-byte fields and one f32 + i32 pair).
-pub const PARAMS_BYTES: usize = 336;
+/// Bytes of the C struct (42 eight-byte fields and one f32 + i32 pair).
+pub const PARAMS_BYTES: usize = 344;
 
 /// The field names of `struct Params` as declared in a C source, in order.
 pub fn c_struct_fields(source: &str) -> Option<Vec<String>> {

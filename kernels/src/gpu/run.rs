@@ -101,9 +101,15 @@ pub fn run_path(
     }
     ffi::fill_bytes(stream, &mut shear, 0xFF)
         .map_err(driver("poisoning the sheared bias buffer"))?;
-    // The decode kernel's split counters start at zero (its merging CTAs leave them at zero).
+    // The decode kernel's counters (finished splits per request and KV head, then finished
+    // pieces per split when splits have several) start at zero; its merging CTAs leave them so.
     let count_len = if plan.has_stage(Stage::Decode) {
-        g.batch() * g.num_kv_heads
+        let split_counters = if plan.decode_pieces > 1 {
+            plan.num_splits
+        } else {
+            0
+        };
+        g.batch() * g.num_kv_heads * (1 + split_counters)
     } else {
         0
     };
@@ -264,6 +270,7 @@ fn params(
         num_splits: i(plan.num_splits),
         shear_width: i(plan.shear_width),
         real_rows: i(g.real_rows),
+        piece_keys: i(plan.piece_keys),
         q_size: i(t * h * d),
         kv_size: i(g.kv_elems),
         rel_size: i(t * h * e),
