@@ -72,26 +72,29 @@ template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], con
 }
 
 // rel_logits rows of a query block staged in shared memory one key tile ahead, for paths whose
-// bias is rel_logits[t, h, d] itself (`Row::REL_ROWS`). Only interior tiles are staged: every
-// key of the tile is the CTA's and every cell of every row has 0 <= d < E and d < window_left
-// (strictly, so the window's edge stays with the per-cell code), so no cell needs a mask or a
-// select and the bias is the gathered element. A row's cells of tile kt are d in
-// [pos - kt - 63, pos - kt]: 64 contiguous elements, copied as the 8 or 9 16-byte chunks that
-// hold them (the rows start on a chunk and E is a multiple of 8, so they lie inside the row).
-// Virtual row r takes REL_STAGE_ROW bytes at r * REL_STAGE_ROW; its first chunk is element
-// (pos - kt - 63) & ~7, so key kt + x sits at element 63 + ((pos + 1) & 7) - x of the row (kt is
-// a multiple of 8), the same for every tile. The copies join K's group of the same tile, so
-// the wait and barrier for K cover them; the stage is rewritten only after the barrier that
-// ends the tile's bias reads. Other tiles (the diagonal, the window's edge, d reaching E) keep
-// `tile_bias`, as do whole CTAs with padding rows, E not a multiple of 8 or rel_logits not
-// 16-byte aligned.
+// bias is rel_logits[t, h, d] when 0 <= d < E, else 0 (`Row::REL_ROWS`), in CTAs whose rows are
+// all real, with rel_logits 16-byte aligned and E a multiple of 8. A row's cells of key tile kt
+// are d in [pos - kt - 63, pos - kt]: 64 contiguous elements, copied as the 16-byte chunks that
+// hold them (rows start on a chunk and E is a multiple of 8, so a chunk is wholly inside or
+// outside the row). Virtual row r takes REL_STAGE_ROW bytes at r * REL_STAGE_ROW; its first
+// chunk is element (pos - kt - 63) & ~7 (floor), so key kt + x sits at element
+// 63 + ((pos + 1) & 7) - x of the row (kt is a multiple of 8), the same for every tile. The
+// copies join K's group of the same tile, so the wait and barrier for K cover them; the stage is
+// rewritten only after the barrier that ends the tile's bias reads.
+// Interior tiles (every key the CTA's, every cell 0 <= d < E and d < window_left: strictly, so
+// the window's edge needs a mask) read the elements with no mask. With MASKED (the blocks of
+// windowed layers, where every tile is near the diagonal) the other tiles within E are staged
+// too, only their chunks inside [0, E), and each cell's bias is selected from its d; without it
+// (global layers) they keep `tile_bias`, which keeps the global blocks' registers as they were.
+// CTAs with padding rows, E not a multiple of 8 or rel_logits not 16-byte aligned keep
+// `tile_bias` for every tile.
 #define REL_STAGE_ROW 144
 #define REL_STAGE_BYTES (MMA_ROWS * REL_STAGE_ROW)
 static_assert(REL_STAGE_ROW >= 9 * 16 && REL_STAGE_ROW % 16 == 0, "a staged row holds 9 chunks");
 static_assert(QUERY_SMEM_BYTES >= 2 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "mma.sync: K, V and the stage fit");
 static_assert(QUERY_SMEM_BYTES_WG >= 3 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "wgmma: Q, K, V and the stage fit");
 
-template <class T, class Row> struct RelStage {
+template <class T, class Row, bool MASKED> struct RelStage {
     bool on;  // uniform: this CTA stages (path, alignment, E, every row real)
     unsigned stage;
 
@@ -106,29 +109,49 @@ template <class T, class Row> struct RelStage {
         return on && kt >= c.lo && kt + KEY_TILE <= c.hi && d_min >= 0 && d_max < p.E &&
                (p.window_left < 0 || d_max < p.window_left);
     }
-    // Copy virtual row vr's elements of tile kt: the quad of the row's owners takes chunks
-    // tq, tq + 4 and tq + 8.
+    // Uniform over the CTA: tile kt is staged (interior; with MASKED, any tile that is not far).
+    __device__ __forceinline__ bool staged(const Params& p, const Cta& c, i64 kt) const {
+        if constexpr (MASKED) return on && !far_tile(p, c, kt, KEY_TILE);
+        else return interior(p, c, kt);
+    }
+    // Copy virtual row vr's chunks of tile kt (with MASKED, those inside [0, E)): the quad of the
+    // row's owners takes chunks tq, tq + 4 and tq + 8 of the row's 8 or 9.
     __device__ __forceinline__ void issue_row(const Params& p, const Row& row, int vr, int tq, i64 kt) const {
         if constexpr (Row::REL_ROWS) {
-            const int a = row.pos - (int)kt - (KEY_TILE - 1);  // the row's smallest d, >= 0
-            const int chunks = ((a + KEY_TILE - 1) >> 3) - (a >> 3) + 1;
-            const i64 e = row.rel_row + (a & ~7) + 8 * tq;
-            const T* from = (const T*)p.rel + e;
+            const int a = row.pos - (int)kt - (KEY_TILE - 1);  // the row's smallest d (>= 0 when interior)
             const unsigned to = stage + (unsigned)(vr * REL_STAGE_ROW + 16 * tq);
+            if constexpr (MASKED) {
+                const int c0 = a >> 3, c1 = min((a + KEY_TILE - 1) >> 3, clamp_i32(p.E >> 3) - 1);
+                const i64 e = row.rel_row + 8 * ((i64)c0 + tq);
+                const T* from = (const T*)p.rel + e;
 #pragma unroll
-            for (int k = 0; k < 3; ++k) {
-                if (tq + 4 * k < chunks) {
-                    check_index(e + 32 * k, p.rel_size);
-                    check_index(e + 32 * k + 7, p.rel_size);
-                    cp_async16(to + 64 * k, from + 32 * k);
+                for (int k = 0; k < 3; ++k) {
+                    const int ch = c0 + tq + 4 * k;
+                    if (ch >= 0 && ch <= c1) {
+                        check_index(e + 32 * k, p.rel_size);
+                        check_index(e + 32 * k + 7, p.rel_size);
+                        cp_async16(to + 64 * k, from + 32 * k);
+                    }
+                }
+            } else {
+                const int chunks = ((a + KEY_TILE - 1) >> 3) - (a >> 3) + 1;
+                const i64 e = row.rel_row + (a & ~7) + 8 * tq;
+                const T* from = (const T*)p.rel + e;
+#pragma unroll
+                for (int k = 0; k < 3; ++k) {
+                    if (tq + 4 * k < chunks) {
+                        check_index(e + 32 * k, p.rel_size);
+                        check_index(e + 32 * k + 7, p.rel_size);
+                        cp_async16(to + 64 * k, from + 32 * k);
+                    }
                 }
             }
         }
     }
-    // Copy tile kt's rows when it is interior: the thread copies for its rows a and b.
+    // Copy tile kt's rows when it is staged: the thread copies for its rows a and b.
     __device__ __forceinline__ void issue(const Params& p, const Cta& c, const Row& ra, const Row& rb, int warp, int g,
                                           int tq, i64 kt) const {
-        if (!interior(p, c, kt)) return;
+        if (!staged(p, c, kt)) return;
         issue_row(p, ra, warp * 16 + g, tq, kt);
         issue_row(p, rb, warp * 16 + g + 8, tq, kt);
     }
@@ -143,6 +166,33 @@ template <class T, class Row> struct RelStage {
         for (int n = 0; n < NT; ++n) {
             x[n][0] = pack_u16(ld_shared_u16(at_a - 16 * n), ld_shared_u16(at_a - 16 * n - 2));
             x[n][1] = pack_u16(ld_shared_u16(at_b - 16 * n), ld_shared_u16(at_b - 16 * n - 2));
+        }
+    }
+    // The bias bits of a cell at distance d from its staged element `raw` (used only where
+    // 0 <= d < E, so only staged elements count): rel_logits there, 0 past E, -inf where the
+    // causal or window mask hides the key (keys outside [lo, hi) are hidden by one or the other).
+    static __device__ __forceinline__ unsigned cell(const Params& p, int d, unsigned raw) {
+        const int wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
+        const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
+        const bool in_extent = MUTANT(2) ? d <= E : d < E;
+        return d >= 0 && in_window ? (in_extent ? raw : 0u) : Tc<T>::NEG_INF_BITS;
+    }
+    // Biases of a staged tile that is not interior (MASKED only), packed as `read` packs them.
+    template <int NT>
+    __device__ __forceinline__ void read_masked(const Params& p, const Row& ra, const Row& rb, int warp, int g, int tq,
+                                                i64 kt, unsigned (&x)[NT][2]) const {
+        const int at = 2 * (63 - 2 * tq) - (MUTANT(1) ? 2 : 0);  // the planted defect reads d - 1
+        const unsigned at_a = stage + (unsigned)((warp * 16 + g) * REL_STAGE_ROW + 2 * ((ra.pos + 1) & 7) + at);
+        const unsigned at_b = stage + (unsigned)((warp * 16 + g + 8) * REL_STAGE_ROW + 2 * ((rb.pos + 1) & 7) + at);
+        const int da = ra.pos - (int)kt - 2 * tq, db = rb.pos - (int)kt - 2 * tq;  // d of the thread's first cell
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const unsigned a0 = cell(p, da - 8 * n, ld_shared_u16(at_a - 16 * n));
+            const unsigned a1 = cell(p, da - 8 * n - 1, ld_shared_u16(at_a - 16 * n - 2));
+            const unsigned b0 = cell(p, db - 8 * n, ld_shared_u16(at_b - 16 * n));
+            const unsigned b1 = cell(p, db - 8 * n - 1, ld_shared_u16(at_b - 16 * n - 2));
+            x[n][0] = pack_u16(a0, a1);
+            x[n][1] = pack_u16(b0, b1);
         }
     }
 };
@@ -267,7 +317,7 @@ template <class T> struct WgProducts {
 // A query block on tensor cores with the products of `Products`. K and V tiles of KEY_TILE keys;
 // the copy of V(n) overlaps Q K^T(n) and that of K(n + 1) the softmax and P V(n); with wgmma the
 // biases of tile n are gathered while the tensor cores form Q K^T(n).
-template <class T, class Row, class Products>
+template <class T, class Row, class Products, bool MASKED_STAGE>
 __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
@@ -281,7 +331,7 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
     const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
     const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
 
-    const RelStage<T, Row> rs(p, c, mm.sr);
+    const RelStage<T, Row, MASKED_STAGE> rs(p, c, mm.sr);
     if (nt > 0) {
         load_tiles<KEY_TILE, true, false, Products::WG>(p, c, kt0, mm.sk, 0u, aligned);
         rs.issue(p, c, ra, rb, warp, g, tq, kt0);
@@ -297,9 +347,10 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         __syncthreads();
         float s[8][4];
         unsigned x[8][2];
-        const bool far = far_tile(p, c, kt, KEY_TILE), staged = rs.interior(p, c, kt);
+        const bool far = far_tile(p, c, kt, KEY_TILE), plain = rs.interior(p, c, kt);
         mm.qk_issue(s);
-        if (staged) rs.read(ra, rb, warp, g, tq, x);
+        if (plain) rs.read(ra, rb, warp, g, tq, x);
+        else if (MASKED_STAGE && rs.on && !far) rs.read_masked(p, ra, rb, warp, g, tq, kt, x);
         else if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
         mm.qk_wait(s);
         const float sc = scale_scores<T>(far, scale2, x, s);
@@ -524,19 +575,24 @@ __device__ void fma_cta(const Params& p, const Cta& c, unsigned char* smem) {
 
 // Run one CTA with the path's row type, in the dynamic shared memory the launcher sized
 // (at least ATTN_SMEM_BYTES + SMEM_ALIGN, and the decode ring), aligned here to SMEM_ALIGN.
-template <class T, class Row>
+// WINDOWED (the `*_windowed_*` entries of windowed layers) makes the query blocks also stage the
+// tiles that need masks (`RelStage`); it is a separate entry, not a branch, because one entry's
+// registers are allocated over every block it holds, and the masked staging's would cost the
+// global layers' blocks.
+template <class T, class Row, bool WINDOWED = false>
 __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
     extern __shared__ __align__(128) unsigned char dyn_smem[];
     unsigned char* smem = dyn_smem + ((SMEM_ALIGN - (smem_addr(dyn_smem) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
     if constexpr (IsF32<T>::value) {
         fma_cta<T, Row>(p, c, smem);
     } else {
-        if (c.r.q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-        else query_block<T, Row, WgProducts<T>>(p, c, smem);
+        using Products = WgProducts<T>;
 #else
-        else query_block<T, Row, SyncProducts<T>>(p, c, smem);
+        using Products = SyncProducts<T>;
 #endif
+        if (c.r.q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
+        else query_block<T, Row, Products, WINDOWED && Row::REL_ROWS>(p, c, smem);
     }
 }
 

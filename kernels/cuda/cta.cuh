@@ -81,6 +81,7 @@ template <> struct IsF32<float> {
 // the packing of two fp32 values (rounded to nearest even) into one A-fragment register.
 template <class T> struct Tc;
 template <> struct Tc<bf16> {
+    static constexpr unsigned NEG_INF_BITS = 0xff80u;
     static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};"
@@ -96,6 +97,7 @@ template <> struct Tc<bf16> {
     static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 };
 template <> struct Tc<fp16> {
+    static constexpr unsigned NEG_INF_BITS = 0xfc00u;
     static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};"

@@ -53,6 +53,15 @@ __device__ void fallback_main(const Params& p) {
     run_cta<T, FallbackRow<T>>(p, c);
 }
 
+// The same kernel for windowed layers (window_left >= 0), whose query blocks also stage the tiles
+// that need masks. Grid as `fallback_main`.
+template <class T>
+__device__ void fallback_windowed(const Params& p) {
+    Cta c;
+    if (!query_cta(p, blockIdx.z, blockIdx.y, c)) return;
+    run_cta<T, FallbackRow<T>, true>(p, c);
+}
+
 // Keys a decode request attends to (SPEC 4.3): min(Lk, window_left + 1) when windowed, else Lk
 // (compared before adding 1, so the largest windows cannot overflow).
 __device__ __forceinline__ i64 decode_eff(const Params& p, i64 kv_len) {
@@ -219,6 +228,9 @@ __device__ void fallback_decode(const Params& p) {
 RELATTN_ENTRY(fallback_main_bf16, fallback_main, bf16)
 RELATTN_ENTRY(fallback_main_fp16, fallback_main, fp16)
 RELATTN_ENTRY(fallback_main_fp32, fallback_main, float)
+RELATTN_ENTRY(fallback_windowed_bf16, fallback_windowed, bf16)
+RELATTN_ENTRY(fallback_windowed_fp16, fallback_windowed, fp16)
+RELATTN_ENTRY(fallback_windowed_fp32, fallback_windowed, float)
 RELATTN_DECODE_ENTRY(fallback_decode_bf16, fallback_decode, bf16)
 RELATTN_DECODE_ENTRY(fallback_decode_fp16, fallback_decode, fp16)
 RELATTN_DECODE_ENTRY(fallback_decode_fp32, fallback_decode, float)

@@ -57,6 +57,18 @@ __device__ void score_mod_main(const Params& p) {
     run_cta<T, ScoreModRow<T>>(p, c);
 }
 
+// The same kernel for windowed layers (window_left >= 0), whose query blocks also stage the tiles
+// that need masks. Grid as `score_mod_main`.
+template <class T>
+__device__ void score_mod_windowed(const Params& p) {
+    Cta c;
+    if (!query_cta(p, blockIdx.z, blockIdx.y, c)) return;
+    run_cta<T, ScoreModRow<T>, true>(p, c);
+}
+
 RELATTN_ENTRY(score_mod_main_bf16, score_mod_main, bf16)
 RELATTN_ENTRY(score_mod_main_fp16, score_mod_main, fp16)
 RELATTN_ENTRY(score_mod_main_fp32, score_mod_main, float)
+RELATTN_ENTRY(score_mod_windowed_bf16, score_mod_windowed, bf16)
+RELATTN_ENTRY(score_mod_windowed_fp16, score_mod_windowed, fp16)
+RELATTN_ENTRY(score_mod_windowed_fp32, score_mod_windowed, float)

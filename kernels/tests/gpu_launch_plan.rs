@@ -29,6 +29,29 @@ fn stages(plan: &relattn_kernels::gpu::LaunchPlan) -> Vec<Stage> {
 }
 
 #[test]
+fn windowed_layers_take_the_windowed_entry_of_score_mod_and_fallback() {
+    let local = geometry(&GenSpec::local(8, 2, 128, vec![(40, 300), (1, 200)], 2));
+    let global = geometry(&GenSpec::global(8, 2, vec![(40, 300), (1, 200)], 2));
+    for path in [PathId::ScoreMod, PathId::Fallback] {
+        let plan = plan_launches(path, &local, Splits::Policy).unwrap();
+        assert_eq!(stages(&plan), [Stage::Windowed], "{path}");
+        let plan = plan_launches(path, &global, Splits::Policy).unwrap();
+        assert_eq!(stages(&plan), [Stage::Main], "{path}");
+    }
+    // sheared_bias carries the window in its buffer: one main kernel for both.
+    let plan = plan_launches(PathId::ShearedBias, &local, Splits::Policy).unwrap();
+    assert_eq!(stages(&plan), [Stage::Prologue, Stage::Main]);
+    // The windowed decode-only launch of fallback stays the decode kernel.
+    let mut decode = GenSpec::local(8, 2, 128, vec![(1, 300), (1, 20)], 3);
+    decode.page_size = 64;
+    let plan = plan_launches(PathId::Fallback, &geometry(&decode), Splits::Policy).unwrap();
+    assert_eq!(stages(&plan), [Stage::Decode]);
+    assert_eq!(Stage::Windowed.as_str(), "windowed");
+    assert!(Stage::of(PathId::Fallback).contains(&Stage::Windowed));
+    assert!(!Stage::of(PathId::ShearedBias).contains(&Stage::Windowed));
+}
+
+#[test]
 fn score_mod_refuses_split_kv() {
     let g = geometry(&GenSpec::global(4, 2, vec![(40, 100), (0, 5), (1, 9)], 1));
     let plan = plan_launches(PathId::ScoreMod, &g, Splits::Policy).unwrap();

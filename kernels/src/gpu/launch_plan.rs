@@ -251,7 +251,7 @@ pub fn ring_stages(plan: &LaunchPlan, g: &Geometry, sm: &SmLimits) -> usize {
     let ctas: usize = plan
         .launches
         .iter()
-        .filter(|l| matches!(l.stage, Stage::Main | Stage::Decode))
+        .filter(|l| matches!(l.stage, Stage::Main | Stage::Windowed | Stage::Decode))
         .map(|l| l.grid.0 as usize * l.grid.1 as usize * l.grid.2 as usize)
         .max()
         .unwrap_or(0);
@@ -323,6 +323,12 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     let group_tiles = q_tiles(CTA_ROWS / g_size)?;
     let mut launches = Vec::new();
     let (mut piece_keys, mut decode_pieces) = (0, 0);
+    // score_mod and fallback take their windowed entry on windowed layers.
+    let query_stage = if g.window_left >= 0 {
+        Stage::Windowed
+    } else {
+        Stage::Main
+    };
     let (num_splits, workspace_splits, shear_width) = match path {
         PathId::ScoreMod => {
             if let Splits::Forced(n) = splits {
@@ -334,7 +340,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                 }
             }
             launches.push(Launch {
-                stage: Stage::Main,
+                stage: query_stage,
                 grid: (group_tiles, kv_heads, batch),
             });
             (1, 0, 0)
@@ -398,7 +404,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                 (s, if pieces > 1 { slots + s } else { slots }, 0)
             } else {
                 launches.push(Launch {
-                    stage: Stage::Main,
+                    stage: query_stage,
                     grid: (group_tiles, kv_heads, batch),
                 });
                 (1, 0, 0)

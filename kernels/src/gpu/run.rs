@@ -126,7 +126,7 @@ pub fn run_path(
     let attention = plan
         .launches
         .iter()
-        .find(|l| matches!(l.stage, Stage::Main | Stage::Decode))
+        .find(|l| matches!(l.stage, Stage::Main | Stage::Windowed | Stage::Decode))
         .map(|l| loaded.function(path, l.stage, g.dtype))
         .transpose()?;
     let resident = match attention {
@@ -166,7 +166,7 @@ pub fn run_path(
     for launch in &plan.launches {
         let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
         let dynamic = match launch.stage {
-            Stage::Main | Stage::Decode => smem,
+            Stage::Main | Stage::Windowed | Stage::Decode => smem,
             Stage::Prologue | Stage::Combine => 0,
         };
         ffi::launch(stream, func, launch.grid, CTA_THREADS, dynamic, &params)

@@ -57,6 +57,10 @@ pub enum Stage {
     Prologue,
     /// The tiled flash kernel of every path.
     Main,
+    /// score_mod and fallback: the same kernel for windowed layers, whose query blocks also stage
+    /// the bias rows of tiles that need masks (its own entry, so the global layers' kernel keeps
+    /// its registers).
+    Windowed,
     /// sheared_bias: merge split partials.
     Combine,
     /// fallback: split-KV decode (stage 1 in every CTA, stage 2, the merge, in the last CTA of
@@ -69,6 +73,7 @@ impl Stage {
         match self {
             Stage::Prologue => "prologue",
             Stage::Main => "main",
+            Stage::Windowed => "windowed",
             Stage::Combine => "combine",
             Stage::Decode => "decode",
         }
@@ -77,9 +82,9 @@ impl Stage {
     /// The stages a path's program defines.
     pub fn of(path: PathId) -> &'static [Stage] {
         match path {
-            PathId::ScoreMod => &[Stage::Main],
+            PathId::ScoreMod => &[Stage::Main, Stage::Windowed],
             PathId::ShearedBias => &[Stage::Prologue, Stage::Main, Stage::Combine],
-            PathId::Fallback => &[Stage::Main, Stage::Decode],
+            PathId::Fallback => &[Stage::Main, Stage::Windowed, Stage::Decode],
         }
     }
 }
