@@ -120,6 +120,8 @@ template <class T, class Row, bool MASKED> struct RelStage {
         if constexpr (Row::REL_ROWS) {
             const int a = row.pos - (int)kt - (KEY_TILE - 1);  // the row's smallest d (>= 0 when interior)
             const unsigned to = stage + (unsigned)(vr * REL_STAGE_ROW + 16 * tq);
+            // Two loops rather than one with a MASKED test: the shared form made the main
+            // entries spill more on sm_90a (102 bytes instead of 90 for fallback_main).
             if constexpr (MASKED) {
                 const int c0 = a >> 3, c1 = min((a + KEY_TILE - 1) >> 3, clamp_i32(p.E >> 3) - 1);
                 const i64 e = row.rel_row + 8 * ((i64)c0 + tq);

@@ -47,6 +47,11 @@ fn windowed_layers_take_the_windowed_entry_of_score_mod_and_fallback() {
     let plan = plan_launches(PathId::Fallback, &geometry(&decode), Splits::Policy).unwrap();
     assert_eq!(stages(&plan), [Stage::Decode]);
     assert_eq!(Stage::Windowed.as_str(), "windowed");
+    // The windowed entry takes the attention launch's shared memory, as the main entry does.
+    for stage in [Stage::Main, Stage::Windowed, Stage::Decode] {
+        assert!(stage.is_attention());
+    }
+    assert!(!Stage::Prologue.is_attention() && !Stage::Combine.is_attention());
     assert!(Stage::of(PathId::Fallback).contains(&Stage::Windowed));
     assert!(!Stage::of(PathId::ShearedBias).contains(&Stage::Windowed));
 }

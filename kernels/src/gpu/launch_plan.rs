@@ -251,7 +251,7 @@ pub fn ring_stages(plan: &LaunchPlan, g: &Geometry, sm: &SmLimits) -> usize {
     let ctas: usize = plan
         .launches
         .iter()
-        .filter(|l| matches!(l.stage, Stage::Main | Stage::Windowed | Stage::Decode))
+        .filter(|l| l.stage.is_attention())
         .map(|l| l.grid.0 as usize * l.grid.1 as usize * l.grid.2 as usize)
         .max()
         .unwrap_or(0);

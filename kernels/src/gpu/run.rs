@@ -126,7 +126,7 @@ pub fn run_path(
     let attention = plan
         .launches
         .iter()
-        .find(|l| matches!(l.stage, Stage::Main | Stage::Windowed | Stage::Decode))
+        .find(|l| l.stage.is_attention())
         .map(|l| loaded.function(path, l.stage, g.dtype))
         .transpose()?;
     let resident = match attention {
@@ -165,10 +165,7 @@ pub fn run_path(
     let mut kernels = Vec::new();
     for launch in &plan.launches {
         let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
-        let dynamic = match launch.stage {
-            Stage::Main | Stage::Windowed | Stage::Decode => smem,
-            Stage::Prologue | Stage::Combine => 0,
-        };
+        let dynamic = if launch.stage.is_attention() { smem } else { 0 };
         ffi::launch(stream, func, launch.grid, CTA_THREADS, dynamic, &params)
             .map_err(after_launch(&name))?;
         if loaded.variant.bounds_check {

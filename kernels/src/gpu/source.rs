@@ -79,6 +79,15 @@ impl Stage {
         }
     }
 
+    /// Whether the stage runs attention CTAs, which take the launch's dynamic shared memory
+    /// (the query blocks' tiles or the decode ring) and set the ring depth.
+    pub fn is_attention(self) -> bool {
+        match self {
+            Stage::Main | Stage::Windowed | Stage::Decode => true,
+            Stage::Prologue | Stage::Combine => false,
+        }
+    }
+
     /// The stages a path's program defines.
     pub fn of(path: PathId) -> &'static [Stage] {
         match path {
