@@ -124,6 +124,8 @@ pub struct GpuRunResult {
     pub out: Array3<f32>,
     /// Padding rows bit-identical to what they held before the launch.
     pub padding_intact: bool,
+    /// Decode counters the launch left non-zero (each must be reset for the next launch).
+    pub counters_left: usize,
     /// CUDA-event time of the path's launches.
     pub ms: f64,
     pub num_splits: usize,
@@ -289,13 +291,24 @@ fn gpu_trial(
                 &bounds,
                 run.padding_intact,
             );
-            row.status = if v.pass { Status::Pass } else { Status::Fail };
+            row.status = if v.pass && run.counters_left == 0 {
+                Status::Pass
+            } else {
+                Status::Fail
+            };
             row.max_abs = Some(v.max_abs);
             row.mean_abs = Some(v.mean_abs);
             row.rel_l2 = Some(v.rel_l2);
             row.bound = Some(v.bound);
             row.first_bad = v.first_bad;
-            row.message = v.reason;
+            row.message = match (run.counters_left, v.reason.is_empty()) {
+                (0, _) => v.reason,
+                (n, true) => format!("{n} decode counters left non-zero after the launch"),
+                (n, false) => format!(
+                    "{}; {n} decode counters left non-zero after the launch",
+                    v.reason
+                ),
+            };
             row.ms = Some(run.ms);
             if run.ms > 0.0 {
                 let secs = run.ms * 1e-3;

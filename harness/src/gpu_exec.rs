@@ -149,6 +149,7 @@ impl GpuExecutor for RealExecutor {
             Ok(run) => Ok(GpuRunResult {
                 out: run.out,
                 padding_intact: run.padding_intact,
+                counters_left: run.counters_left,
                 ms: run.ms as f64,
                 num_splits: run.num_splits,
             }),

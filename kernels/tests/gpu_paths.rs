@@ -1,14 +1,15 @@
 //! Every GPU path against the f64 reference with SPEC section 6's bound, under forced and policy
-//! split counts, with and without the bounds check; every planted defect caught; the compile-only
-//! check over all architectures; a small timing print.
+//! split counts, with and without the bounds check; the decode merges right and deterministic
+//! over launches; every planted defect caught; the compile-only check over all architectures; a
+//! small timing print.
 //!
 //! Needs an NVIDIA GPU with driver and NVRTC:
 //! `cargo test -p relattn-kernels --test gpu_paths -- --ignored --test-threads 1 --nocapture`
 
 use rayon::prelude::*;
 use relattn_kernels::gpu::{
-    compile, compile_check, run_path, CompilePlan, Gpu, GpuError, GpuRun, Loaded, Mutant, Splits,
-    Variant, CHECK_ARCHS,
+    compile, compile_check, plan_launches, run_path, CompilePlan, Geometry, Gpu, GpuError, GpuRun,
+    Loaded, Mutant, Splits, Stage, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
@@ -113,6 +114,12 @@ fn judge(case: &Case, run: &GpuRun) -> Result<f64, String> {
     }
     if !run.padding_intact {
         return Err("padding rows of out were written".into());
+    }
+    if run.counters_left > 0 {
+        return Err(format!(
+            "{} decode counters left non-zero after the launch",
+            run.counters_left
+        ));
     }
     let (atol, tol2) = match p.dtype {
         DType::Bf16 => (2f64.powi(-7), 2e-2),
@@ -399,6 +406,39 @@ fn precompile_every_variant() {
         variants.extend(Mutant::ALL.map(mutant_variant));
     }
     precompile(&arch, &variants);
+}
+
+/// The fallback decode kernel on a batch whose splits are cut into pieces (one KV head, so the
+/// launch has fewer than `DECODE_TARGET_CTAS` split CTAs) next to requests whose are not: right,
+/// with every counter reset for the next launch, and bit for bit the same in every launch,
+/// although which CTA finishes last, and so merges, changes with timing.
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn decode_merges_are_right_and_deterministic() {
+    let gpu = Gpu::open(0).unwrap();
+    let loaded = load(&gpu, Variant::PLAIN);
+    let spec = GenSpec::global(8, 1, vec![(1, 65536), (1, 40000), (0, 7), (1, 3000)], 23);
+    let case = case("decode_pieces_batch", spec);
+    let plan = plan_launches(
+        PathId::Fallback,
+        &Geometry::of(&case.problem),
+        Splits::Policy,
+    )
+    .unwrap();
+    assert_eq!(plan.launches[0].stage, Stage::Decode);
+    assert!(plan.decode_pieces > 1);
+    let dp = gpu.upload(&case.problem).unwrap();
+    let bits = |run: &GpuRun| run.out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let first = run_path(&gpu, &loaded, &dp, PathId::Fallback, Splits::Policy).unwrap();
+    judge(&case, &first).unwrap();
+    for launch in 1..6 {
+        let again = run_path(&gpu, &loaded, &dp, PathId::Fallback, Splits::Policy).unwrap();
+        judge(&case, &again).unwrap();
+        assert!(
+            bits(&again) == bits(&first),
+            "launch {launch} differs from launch 0"
+        );
+    }
 }
 
 #[test]

@@ -231,13 +231,14 @@ fn time_path(
             }
             (warmup, reps) = (1 + w, r);
         }
-        if invalid.is_none() && (run.unwritten > 0 || !run.padding_intact) {
-            invalid =
-                Some(format!(
-                "launch {i} left {} output elements unwritten (first at t:h:c {:?}), padding {}",
+        if invalid.is_none() && (run.unwritten > 0 || !run.padding_intact || run.counters_left > 0)
+        {
+            invalid = Some(format!(
+                "launch {i} left {} output elements unwritten (first at t:h:c {:?}), padding {}, {} decode counters non-zero",
                 run.unwritten,
                 run.first_unwritten,
-                if run.padding_intact { "intact" } else { "written" }
+                if run.padding_intact { "intact" } else { "written" },
+                run.counters_left
             ));
         }
         if i >= warmup {

@@ -75,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     write_f32_safetensors(&args.output, "out", &dims, &values)
         .with_context(|| format!("writing {}", args.output.display()))?;
     println!(
-        "{} on {} ({}): {} kernel(s) [{}], num_splits {}, {:.3} ms; unwritten {}, padding {}; wrote {}",
+        "{} on {} ({}): {} kernel(s) [{}], num_splits {}, {:.3} ms; unwritten {}, padding {}, decode counters left {}; wrote {}",
         args.path,
         device.name(),
         device.arch(),
@@ -85,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         run.ms,
         run.unwritten,
         if run.padding_intact { "intact" } else { "WRITTEN" },
+        run.counters_left,
         args.output.display()
     );
     Ok(())

@@ -27,6 +27,9 @@ pub struct GpuRun {
     pub unwritten: usize,
     /// The first of them as `(t, h, c)`.
     pub first_unwritten: Option<(usize, usize, usize)>,
+    /// Decode counters (`ws_count`) left non-zero after the launches: the kernel must reset
+    /// every one, or the next launch on the same workspace would merge too early or never.
+    pub counters_left: usize,
     /// CUDA-event time of the path's launches (prologue and combine included), in ms.
     pub ms: f32,
     pub num_splits: usize,
@@ -182,7 +185,9 @@ pub fn run_path(
         .map_err(driver("reading the event timer"))?;
 
     let bytes = stream.clone_dtoh(&out).map_err(after_launch(&all))?;
+    let counters = stream.clone_dtoh(&ws_count).map_err(after_launch(&all))?;
     stream.synchronize().map_err(after_launch(&all))?;
+    let counters_left = counters[..count_len].iter().filter(|&&c| c != 0).count();
     let out_bytes = &bytes[..problem.out_poison.len()];
     let padding_start = g.real_rows * g.num_heads * g.head_dim * g.dtype.size_bytes();
     let padding_intact = out_bytes[padding_start..] == problem.out_poison[padding_start..];
@@ -203,6 +208,7 @@ pub fn run_path(
     Ok(GpuRun {
         out: problem.decode_out(out_bytes),
         padding_intact,
+        counters_left,
         unwritten,
         first_unwritten,
         ms,
