@@ -116,7 +116,7 @@ __device__ __forceinline__ bool last_to_finish(const Params& p, i64 i, i64 n) {
     if (threadIdx.x == 0) {
         check_index(i, p.ws_count_size);
         last = atomicAdd(p.ws_count + i, 1u) + 1 == (unsigned)n;
-        if (last) p.ws_count[i] = 0u;
+        if (last && !MUTANT(8)) p.ws_count[i] = 0u;
     }
     last = __syncthreads_or(last);
     if (last) __threadfence();

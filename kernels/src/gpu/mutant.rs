@@ -27,10 +27,14 @@ pub enum Mutant {
     /// `rel_logits` is read for the row one past the request's last row (a tile padding row);
     /// the value is never used, so only the bounds check can see it.
     RelRowPastEnd,
+    /// The fallback decode kernel's last CTA of a group leaves the group's merge counter set:
+    /// this launch is right, the next on the same workspace would merge early; only the check
+    /// that every counter is back at zero sees it.
+    CounterNotReset,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::RelIndexMinusOne,
         Mutant::BiasAtExtent,
         Mutant::LocalRowBias,
@@ -38,6 +42,7 @@ impl Mutant {
         Mutant::CombineNoRescale,
         Mutant::WindowStrict,
         Mutant::RelRowPastEnd,
+        Mutant::CounterNotReset,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,10 +54,11 @@ impl Mutant {
             Mutant::CombineNoRescale => "combine_no_rescale",
             Mutant::WindowStrict => "window_strict",
             Mutant::RelRowPastEnd => "rel_row_past_end",
+            Mutant::CounterNotReset => "counter_not_reset",
         }
     }
 
-    /// The value of `RELATTN_MUTANT` that plants this defect (1..=7).
+    /// The value of `RELATTN_MUTANT` that plants this defect (1..=8).
     pub fn define(self) -> u32 {
         match self {
             Mutant::RelIndexMinusOne => 1,
@@ -62,6 +68,7 @@ impl Mutant {
             Mutant::CombineNoRescale => 5,
             Mutant::WindowStrict => 6,
             Mutant::RelRowPastEnd => 7,
+            Mutant::CounterNotReset => 8,
         }
     }
 
@@ -71,6 +78,8 @@ impl Mutant {
             // Only the split combines rescale partials: sheared_bias's combine and the fallback
             // path's decode merge.
             Mutant::CombineNoRescale => &[PathId::ShearedBias, PathId::Fallback],
+            // Only the fallback decode kernel counts finished splits.
+            Mutant::CounterNotReset => &[PathId::Fallback],
             _ => ALL_PATHS,
         }
     }
@@ -92,6 +101,7 @@ impl Mutant {
             Mutant::RelRowPastEnd => {
                 "a last request whose q_len is not a tile multiple and no padding rows, under the bounds check"
             }
+            Mutant::CounterNotReset => "any split-KV decode on the fallback path"
         }
     }
 }
@@ -112,7 +122,7 @@ impl FromStr for Mutant {
             .ok_or_else(|| {
                 let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.as_str()).collect();
                 format!(
-                    "unknown mutant `{s}`: expected 1..=7 or one of {}",
+                    "unknown mutant `{s}`: expected 1..=8 or one of {}",
                     names.join(", ")
                 )
             })
