@@ -35,7 +35,8 @@ pub struct Verdict {
 /// Judge `out` (`[T, H, D]`, as read back from the device) on the rows of `ref64`.
 ///
 /// `padding_intact` says whether the padding rows are bit-identical to what they held before
-/// the launch (checked where the bits are known).
+/// the launch (checked where the bits are known); `counters_left`, how many decode merge counters
+/// the launch left non-zero (each must be reset for the next launch on the same workspace).
 pub fn judge(
     problem: &Problem,
     out: &Array3<f32>,
@@ -43,6 +44,7 @@ pub fn judge(
     ref_lp: &RefOutput,
     bounds: &Bounds,
     padding_intact: bool,
+    counters_left: usize,
 ) -> Verdict {
     let (h, d) = (problem.num_heads, problem.head_dim);
     let mut reasons: Vec<String> = Vec::new();
@@ -74,6 +76,11 @@ pub fn judge(
     }
     if !padding_intact {
         reasons.push("padding rows were modified".to_string());
+    }
+    if counters_left > 0 {
+        reasons.push(format!(
+            "{counters_left} decode counters left non-zero after the launch"
+        ));
     }
 
     // Rule (a)'s bound from the emulation's own error.
@@ -196,7 +203,7 @@ mod tests {
         let (p, r) = setup();
         let mut out = as_f32(&r);
         out.index_axis_mut(ndarray::Axis(0), 3).fill(f32::NAN); // padding row
-        let v = judge(&p, &out, &r, &r, &bounds(), true);
+        let v = judge(&p, &out, &r, &r, &bounds(), true, 0);
         assert!(v.pass, "{}", v.reason);
         assert!(v.first_bad.is_none());
         assert!(v.bound > 0.0, "the bound is never zero");
@@ -207,7 +214,7 @@ mod tests {
         let (p, r) = setup();
         let mut out = as_f32(&r);
         out[[1, 1, 2]] += 0.1;
-        let v = judge(&p, &out, &r, &r, &bounds(), true);
+        let v = judge(&p, &out, &r, &r, &bounds(), true, 0);
         assert!(!v.pass);
         assert_eq!(v.first_bad.as_deref(), Some("1:1:2"));
         assert!((v.max_abs - 0.1).abs() < 1e-6);
@@ -219,13 +226,16 @@ mod tests {
         let (p, r) = setup();
         let mut out = as_f32(&r);
         out[[2, 0, 0]] = f32::NAN;
-        let v = judge(&p, &out, &r, &r, &bounds(), true);
+        let v = judge(&p, &out, &r, &r, &bounds(), true, 0);
         assert!(!v.pass);
         assert_eq!(v.first_bad.as_deref(), Some("2:0:0"));
         let out = as_f32(&r);
-        let v = judge(&p, &out, &r, &r, &bounds(), false);
+        let v = judge(&p, &out, &r, &r, &bounds(), false, 0);
         assert!(!v.pass);
         assert!(v.reason.contains("padding"));
+        let v = judge(&p, &out, &r, &r, &bounds(), true, 2);
+        assert!(!v.pass);
+        assert_eq!(v.reason, "2 decode counters left non-zero after the launch");
     }
 
     #[test]
@@ -240,8 +250,8 @@ mod tests {
             rtol2: 1.0,
             ..bounds()
         };
-        assert!(judge(&p, &out, &r, &lp, &loose, true).pass);
+        assert!(judge(&p, &out, &r, &lp, &loose, true, 0).pass);
         out[[0, 0, 1]] += 0.02;
-        assert!(!judge(&p, &out, &r, &lp, &loose, true).pass);
+        assert!(!judge(&p, &out, &r, &lp, &loose, true, 0).pass);
     }
 }

@@ -172,14 +172,11 @@ pub fn decode_piece_keys(
     piece_keys: usize,
     u: usize,
 ) -> Option<Range<usize>> {
-    let eff = decode_eff(kv_len, window_left);
-    let split_len = decode_split_len(eff, splits);
+    let split_len = decode_split_len(decode_eff(kv_len, window_left), splits);
     let (piece_len, pieces) = decode_piece_layout(split_len, piece_keys);
-    let (s, j) = (u / pieces, u % pieces);
-    let start = s * split_len + j * piece_len;
-    let end = (s * split_len + ((j + 1) * piece_len).min(split_len)).min(eff);
-    let offset = kv_len - eff;
-    (s < splits.max(1) && start < eff).then(|| offset + start..offset + end)
+    let split = decode_split_keys(kv_len, window_left, splits, u / pieces)?;
+    let start = split.start + (u % pieces) * piece_len;
+    (start < split.end).then(|| start..(start + piece_len).min(split.end))
 }
 
 /// Most keys of a fallback decode piece for a launch of `ctas` split CTAs (`batch x num_kv_heads
