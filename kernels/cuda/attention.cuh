@@ -94,6 +94,16 @@ static_assert(REL_STAGE_ROW >= 9 * 16 && REL_STAGE_ROW % 16 == 0, "a staged row 
 static_assert(QUERY_SMEM_BYTES >= 2 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "mma.sync: K, V and the stage fit");
 static_assert(QUERY_SMEM_BYTES_WG >= 3 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "wgmma: Q, K, V and the stage fit");
 
+// The bias bits of a cell at distance d whose rel_logits element, staged in shared memory, is
+// `raw` (used only where 0 <= d < E, so only staged elements count): rel_logits there, 0 past E,
+// -inf where the causal or window mask hides the key.
+template <class T> __device__ __forceinline__ unsigned rel_cell(const Params& p, int d, unsigned raw) {
+    const int wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
+    const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
+    const bool in_extent = MUTANT(2) ? d <= E : d < E;
+    return d >= 0 && in_window ? (in_extent ? raw : 0u) : Tc<T>::NEG_INF_BITS;
+}
+
 template <class T, class Row, bool MASKED> struct RelStage {
     bool on;  // uniform: this CTA stages (path, alignment, E, every row real)
     unsigned stage;
@@ -173,12 +183,7 @@ template <class T, class Row, bool MASKED> struct RelStage {
     // The bias bits of a cell at distance d from its staged element `raw` (used only where
     // 0 <= d < E, so only staged elements count): rel_logits there, 0 past E, -inf where the
     // causal or window mask hides the key (keys outside [lo, hi) are hidden by one or the other).
-    static __device__ __forceinline__ unsigned cell(const Params& p, int d, unsigned raw) {
-        const int wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
-        const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
-        const bool in_extent = MUTANT(2) ? d <= E : d < E;
-        return d >= 0 && in_window ? (in_extent ? raw : 0u) : Tc<T>::NEG_INF_BITS;
-    }
+    static __device__ __forceinline__ unsigned cell(const Params& p, int d, unsigned raw) { return rel_cell<T>(p, d, raw); }
     // Biases of a staged tile that is not interior (MASKED only), packed as `read` packs them.
     template <int NT>
     __device__ __forceinline__ void read_masked(const Params& p, const Row& ra, const Row& rb, int warp, int g, int tq,
@@ -377,6 +382,55 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
     store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
 }
 
+// Bias staging of the decode entry (rows whose bias is rel_logits[t, h, d]). A tile's bias
+// gathers, issued in its own iteration, wait behind the ring's K/V copies of the tiles ahead
+// (about two tiles of streaming under load): the split holding the diagonal, whose last E keys
+// need bias, was the decode launch's slowest CTA by 20 us. Instead each warp copies the
+// rel_logits chunks of its 16 keys of a tile that needs bias, for every row of the group, in the
+// tile's cp.async group, so they land with the tile. Row r's cells for keys kt + 16 w + [0, 16)
+// have d = D - [0, 16), D = pos - kt - 16 w: three 8-element chunks from c0 = floor((D - 15) /
+// 8) hold them, copied to DEC_BIAS_ROW bytes at slot 16 w + r of the stage's bias region; chunks
+// outside [0, E) are not copied (no cell in them reads rel_logits). Needs E % 8 == 0 and a
+// 16-byte aligned rel_logits (uniform; else the gathers stay).
+__device__ __forceinline__ bool decode_bias_staged(const Params& p) {
+    return p.E > 0 && p.E % 8 == 0 && ((unsigned long long)p.rel & 15ull) == 0;
+}
+
+template <class T, class Row>
+__device__ __forceinline__ void issue_decode_bias(const Params& p, const Cta& c, i64 kt, unsigned at) {
+    if (far_tile(p, c, kt, DEC_TILE)) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunks = clamp_i32(p.E >> 3);
+    for (int k = lane; k < 3 * (int)p.G; k += 32) {
+        const int r = k / 3, q = k - 3 * r;
+        const Row row(p, c, r);
+        const int ch = ((row.pos - (int)kt - 16 * warp - 15) >> 3) + q;
+        if (!row.rel_ok || ch < 0 || ch >= chunks) continue;
+        const i64 e = row.rel_row + 8 * (i64)ch;
+        check_index(e, p.rel_size);
+        check_index(e + 7, p.rel_size);
+        cp_async16(at + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 16 * q), (const T*)p.rel + e);
+    }
+}
+
+// The log2-domain bias of row `row` (fragment row r) for keys j = kt + 16 w + 8 n + 2 tq and
+// j + 1 from the staged chunks at bs: -inf outside the CTA's keys [lo, hi), for padding rows and
+// where the row's mask hides the key.
+template <class T, class Row>
+__device__ __forceinline__ void staged_decode_cells(const Params& p, const Cta& c, const Row& row, int r, i64 kt, int n,
+                                                    unsigned bs, float& x0, float& x1) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3;
+    const int D = row.pos - (int)kt - 16 * warp, d = D - 8 * n - 2 * tq, j = (int)kt + 16 * warp + 8 * n + 2 * tq;
+    // The cell's element, or with the planted defect the one before it (d - 1).
+    const unsigned at =
+        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)) - (MUTANT(1) ? 2 : 0));
+    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at)), b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
+    T v0, v1;
+    v0.bits = (unsigned short)b0;
+    v1.bits = (unsigned short)b1;
+    x0 = row.valid && j >= c.lo && j < c.hi ? to_f32(v0) * LOG2E : neg_inf();
+    x1 = row.valid && j + 1 >= c.lo && j + 1 < c.hi ? to_f32(v1) * LOG2E : neg_inf();
+}
+
 // A single-query CTA (q_len 1, G <= 16: one 16-row fragment holds every head of the group) that
 // streams K/V at bandwidth: `p.ring_stages - 1` tiles of DEC_TILE keys in flight while one is
 // computed (the launcher picks the depth for the CTAs an SM holds), the block-table entries of
@@ -385,7 +439,7 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
 // and copies those rows itself, so the warps run the loop without CTA barriers, each waiting
 // only for its own copies; at the end the four warps' states merge through shared memory by
 // their maxima and each warp stores a quarter of the head dim.
-template <class T, class Row>
+template <class T, class Row, bool DECODE_ENTRY = false>
 __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     // Q (16 rows) sits in shared memory ahead of the ring and is read by ldmatrix per tile,
@@ -420,10 +474,17 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     const int k_row = 16 * warp + (lane & 7) + ((lane >> 4) << 3), k_ch = (lane >> 3) & 1;
     const int v_row = 16 * warp + (lane & 7) + (((lane >> 3) & 1) << 3), v_ch = lane >> 4;
 
+    // The decode entry's staged bias chunks (`issue_decode_bias`), one region per ring stage.
+    const unsigned bias_ring = ring + stages * stage_bytes;
+    bool stage_bias = false;
+    if constexpr (DECODE_ENTRY && Row::REL_ROWS) stage_bias = decode_bias_staged(p);
     for (int st = 0; st < stages - 1; ++st) {
         if (st < nt) {
             const unsigned at = ring + st * stage_bytes;
             load_tiles<DEC_TILE, true, true, false, true>(p, c, kt0 + (i64)st * DEC_TILE, at, at + v_at, aligned);
+            if constexpr (DECODE_ENTRY) {
+                if (stage_bias) issue_decode_bias<T, Row>(p, c, kt0 + (i64)st * DEC_TILE, bias_ring + st * DEC_BIAS_BYTES);
+            }
         }
         cp_async_commit();
     }
@@ -436,13 +497,20 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
             // ended the last iteration.
             const unsigned at = ring + fill * stage_bytes;
             issue_tiles<DEC_TILE, true, true>(p, c, next, at, at + v_at, aligned);
+            if constexpr (DECODE_ENTRY) {
+                if (stage_bias)
+                    issue_decode_bias<T, Row>(p, c, kt0 + (i64)(it + stages - 1) * DEC_TILE, bias_ring + fill * DEC_BIAS_BYTES);
+            }
         }
         cp_async_commit();
         next = fetch_rows<DEC_TILE, true>(p, c, kt0 + (i64)(it + stages) * DEC_TILE);
         fill = fill + 1 == stages ? 0 : fill + 1;
         const i64 kt = kt0 + (i64)it * DEC_TILE;
         float s[2][4];
-        if (far_tile(p, c, kt, DEC_TILE)) {
+        const bool far = far_tile(p, c, kt, DEC_TILE);
+        bool staged = false;  // this tile's bias is read from its stage after the wait
+        if constexpr (DECODE_ENTRY) staged = stage_bias && !far;
+        if (far || staged) {
 #pragma unroll
             for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
         } else {
@@ -456,6 +524,16 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
         cp_async_wait_dyn(stages - 1);  // this thread's copies of tile it have landed
         __syncwarp();                    // and those of the whole warp (its rows of the tile)
         const unsigned sk = ring + use * stage_bytes, sv = sk + v_at;
+        if constexpr (DECODE_ENTRY) {
+            if (staged) {
+                const unsigned bs = bias_ring + use * DEC_BIAS_BYTES;
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    staged_decode_cells<T, Row>(p, c, ra, g, kt, n, bs, s[n][0], s[n][1]);
+                    staged_decode_cells<T, Row>(p, c, rb, g + 8, kt, n, bs, s[n][2], s[n][3]);
+                }
+            }
+        }
         use = use + 1 == stages ? 0 : use + 1;
         float acc[2][4];
 #pragma unroll
@@ -608,7 +686,7 @@ __device__ __forceinline__ void run_decode_cta(const Params& p, const Cta& c) {
     if constexpr (IsF32<T>::value) {
         fma_cta<T, Row>(p, c, smem);
     } else {
-        if (p.G <= 16) mma_decode<T, Row>(p, c, smem);
+        if (p.G <= 16) mma_decode<T, Row, true>(p, c, smem);
         else fma_cta<T, Row>(p, c, smem);
     }
 }

@@ -47,10 +47,15 @@ typedef long long i64;
 #define DEC_MAX_STAGES 6
 // Their Q tile (16 rows), in shared memory ahead of the ring.
 #define DEC_Q_BYTES 4096
+// The rel_logits chunks each ring stage's tile reads, when the decode entry stages them: 48
+// bytes per warp and row (`issue_decode_bias`), after the ring's K/V stages.
+#define DEC_BIAS_ROW 48
+#define DEC_BIAS_BYTES 3072
+static_assert(DEC_BIAS_BYTES == 4 * 16 * DEC_BIAS_ROW, "a bias region: 4 warps x 16 rows");
 // Attention CTAs take their shared memory dynamically: at least ATTN_SMEM_BYTES (the query
 // block's Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring and the decode
 // merge), plus SMEM_ALIGN bytes of slack so the kernel can align its tiles to SMEM_ALIGN.
-#define ATTN_SMEM_BYTES 69632
+#define ATTN_SMEM_BYTES 75776
 #define SMEM_ALIGN 1024
 // Launches without single-query CTAs (no request with q_len 1, or G > 16, or fp32) need only the
 // query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN; the wgmma query blocks (sm_90a) also
@@ -63,7 +68,8 @@ static_assert(QUERY_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles
 static_assert(QUERY_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
 static_assert(ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES && ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES_WG,
               "a launch with single-query CTAs runs query blocks too");
-static_assert(ATTN_SMEM_BYTES >= DEC_Q_BYTES + DEC_MIN_STAGES * DEC_STAGE_BYTES, "the minimal decode ring fits");
+static_assert(ATTN_SMEM_BYTES >= DEC_Q_BYTES + DEC_MIN_STAGES * (DEC_STAGE_BYTES + DEC_BIAS_BYTES),
+              "the minimal decode ring and its bias regions fit");
 static_assert(DEC_Q_BYTES == 16 * HEAD_DIM * 2, "Q of a single-query CTA: 16 rows");
 static_assert(MMA_ROWS == KEY_TILE, "the wgmma kernel lays Q out like a key tile");
 static_assert(ATTN_SMEM_BYTES >= (4 * 16 * HEAD_DIM + 2 * 4 * 16) * 4, "the decode merge fits");

@@ -6,8 +6,9 @@ use relattn_kernels::gpu::{
     decode_split_keys, files, has_single_query_ctas, launch_smem_bytes, native_arch, out_poison,
     padding_bits, plan_launches, policy_splits, ring_stages, sheared_split_keys, unwritten_bits,
     Geometry, GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS,
-    DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES,
-    DEC_STAGE_BYTES, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
+    DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES,
+    DEC_Q_BYTES, DEC_STAGE_BYTES, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN,
+    WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -429,6 +430,7 @@ fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("ATTN_SMEM_BYTES"), Some(ATTN_SMEM_BYTES));
     assert_eq!(c_define("SMEM_ALIGN"), Some(SMEM_ALIGN));
     assert_eq!(c_define("DEC_Q_BYTES"), Some(DEC_Q_BYTES));
+    assert_eq!(c_define("DEC_BIAS_BYTES"), Some(DEC_BIAS_BYTES));
     assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
     assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
     // The prologue grid counts 32-row blocks of one head.

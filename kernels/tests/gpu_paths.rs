@@ -398,11 +398,14 @@ fn every_program_compiles_for_every_architecture() {
 #[ignore = "needs NVRTC (slow: every build variant)"]
 fn precompile_every_variant() {
     let arch = std::env::var("RELATTN_PRECOMPILE_ARCH").unwrap_or_else(|_| "sm_90".into());
-    // RELATTN_PRECOMPILE_VARIANTS=plain: only the build `bench` and `run --bounds-check off` use.
-    let plain_only = std::env::var("RELATTN_PRECOMPILE_VARIANTS").is_ok_and(|v| v == "plain");
+    // RELATTN_PRECOMPILE_VARIANTS=plain: only the build `bench` and `run --bounds-check off` use;
+    // =checked: that and the bounds-checked build; otherwise every planted defect's build too.
+    let which = std::env::var("RELATTN_PRECOMPILE_VARIANTS").unwrap_or_default();
     let mut variants = vec![Variant::PLAIN];
-    if !plain_only {
+    if which != "plain" {
         variants.push(Variant::CHECKED);
+    }
+    if which != "plain" && which != "checked" {
         variants.extend(Mutant::ALL.map(mutant_variant));
     }
     precompile(&arch, &variants);
@@ -438,6 +441,32 @@ fn decode_merges_are_right_and_deterministic() {
             bits(&again) == bits(&first),
             "launch {launch} differs from launch 0"
         );
+    }
+}
+
+/// Decode batches at the edges of the fallback decode kernel's shapes: a group of 16 heads (the
+/// most one fragment holds, every bias region row in use) over 64 forced splits that the launch
+/// also cuts into pieces, and a group of 32 heads (the FMA loop, no staged bias).
+#[test]
+#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
+fn widest_decode_groups_are_right() {
+    let gpu = Gpu::open(0).unwrap();
+    let loaded = load(&gpu, Variant::PLAIN);
+    for (name, heads, splits) in [
+        ("decode_g16_64_splits", 16, 64),
+        ("decode_g32_8_splits", 32, 8),
+    ] {
+        let spec = GenSpec::global(heads, 1, vec![(1, 50000), (1, 9000)], 29);
+        let case = case(name, spec);
+        let run = run_path(
+            &gpu,
+            &loaded,
+            &gpu.upload(&case.problem).unwrap(),
+            PathId::Fallback,
+            Splits::Forced(splits),
+        )
+        .unwrap();
+        judge(&case, &run).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
 

@@ -29,9 +29,14 @@ pub const DEC_MIN_STAGES: usize = 2;
 pub const DEC_MAX_STAGES: usize = 6;
 /// Shared memory of a single-query CTA's Q tile, ahead of its ring; mirrors `DEC_Q_BYTES`.
 pub const DEC_Q_BYTES: usize = 4096;
+/// Shared memory of the rel_logits chunks a ring stage's tile reads, after the ring's K/V
+/// stages (the decode entry stages them); mirrors `DEC_BIAS_BYTES`.
+pub const DEC_BIAS_BYTES: usize = 3072;
+/// What each ring stage takes: its K/V tile and its bias chunks.
+pub const DEC_RING_STAGE_BYTES: usize = DEC_STAGE_BYTES + DEC_BIAS_BYTES;
 /// Least dynamic shared memory of an attention CTA before alignment slack; mirrors
 /// `ATTN_SMEM_BYTES`.
-pub const ATTN_SMEM_BYTES: usize = 69632;
+pub const ATTN_SMEM_BYTES: usize = 75776;
 /// Least dynamic shared memory of a launch without single-query CTAs, before alignment slack;
 /// mirrors `QUERY_SMEM_BYTES`.
 pub const QUERY_SMEM_BYTES: usize = 49152;
@@ -259,13 +264,13 @@ pub fn ring_stages(plan: &LaunchPlan, g: &Geometry, sm: &SmLimits) -> usize {
         .saturating_sub(SMEM_RESERVED_PER_CTA)
         .min(sm.smem_per_block)
         .saturating_sub(SMEM_ALIGN + DEC_Q_BYTES);
-    (per_cta / DEC_STAGE_BYTES).clamp(DEC_MIN_STAGES, DEC_MAX_STAGES)
+    (per_cta / DEC_RING_STAGE_BYTES).clamp(DEC_MIN_STAGES, DEC_MAX_STAGES)
 }
 
 /// Dynamic shared memory of an attention launch with single-query CTAs whose ring has `stages`
 /// stages.
 pub fn attention_smem_bytes(stages: usize) -> usize {
-    ATTN_SMEM_BYTES.max(DEC_Q_BYTES + stages * DEC_STAGE_BYTES) + SMEM_ALIGN
+    ATTN_SMEM_BYTES.max(DEC_Q_BYTES + stages * DEC_RING_STAGE_BYTES) + SMEM_ALIGN
 }
 
 /// Dynamic shared memory of a problem's attention launch for kernels built for `arch`: with

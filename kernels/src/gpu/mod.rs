@@ -35,8 +35,9 @@ pub use launch_plan::{
     decode_split_keys, has_single_query_ctas, launch_smem_bytes, plan_launches, policy_splits,
     ring_stages, sheared_split_keys, streams_kv, Launch, LaunchPlan, SmLimits, Splits,
     ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS,
-    DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, HEAD_DIM, QUERY_SMEM_BYTES,
-    QUERY_SMEM_BYTES_WG, SHEARED_POLICY_ARCH, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
+    DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_RING_STAGE_BYTES,
+    DEC_STAGE_BYTES, HEAD_DIM, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, SHEARED_POLICY_ARCH,
+    SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 pub use mutant::Mutant;
 pub use params::{c_struct_fields, Params, FIELDS as PARAM_FIELDS, PARAMS_BYTES};
