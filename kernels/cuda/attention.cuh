@@ -420,10 +420,13 @@ __device__ __forceinline__ void staged_decode_cells(const Params& p, const Cta& 
                                                     unsigned bs, float& x0, float& x1) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3;
     const int D = row.pos - (int)kt - 16 * warp, d = D - 8 * n - 2 * tq, j = (int)kt + 16 * warp + 8 * n + 2 * tq;
-    // The cell's element, or with the planted defect the one before it (d - 1).
+    // The cell's element; with planted defect 1 the one before it (d - 1); with defect 2 (d == E
+    // taken as inside the extent) element E - 1 for that cell, as the gathers read it.
     const unsigned at =
         bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)) - (MUTANT(1) ? 2 : 0));
-    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at)), b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
+    const int E = clamp_i32(p.E);
+    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at - (MUTANT(2) && d == E ? 2 : 0)));
+    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2 - (MUTANT(2) && d - 1 == E ? 2 : 0)));
     T v0, v1;
     v0.bits = (unsigned short)b0;
     v1.bits = (unsigned short)b1;

@@ -468,8 +468,8 @@ fn on_sm(n: usize, bytes: usize) -> usize {
 #[test]
 fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     // decode128k-like, scaled down in length (the ring depends on CTAs, not on Lk): fallback's
-    // policy gives 32 splits x 8 KV heads = 256 CTAs, two per SM: 3 stages of 32 KiB each, the
-    // deepest ring two CTAs fit.
+    // policy gives 32 splits x 8 KV heads = 256 CTAs, two per SM: 3 stages of 35 KiB each (K/V
+    // and bias chunks), the deepest ring two CTAs fit.
     let decode = geometry(&GenSpec::global(64, 8, vec![(1, 9000)], 3));
     let fallback = plan_launches(PathId::Fallback, &decode, Splits::Forced(32)).unwrap();
     let s = ring_stages(&fallback, &decode, &H200);

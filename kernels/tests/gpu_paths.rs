@@ -444,19 +444,22 @@ fn decode_merges_are_right_and_deterministic() {
     }
 }
 
-/// Decode batches at the edges of the fallback decode kernel's shapes: a group of 16 heads (the
-/// most one fragment holds, every bias region row in use) over 64 forced splits that the launch
-/// also cuts into pieces, and a group of 32 heads (the FMA loop, no staged bias).
+/// The fallback decode entry at the edges of its shapes: a group of 16 heads (the most one
+/// fragment holds, every row of the staged-bias regions in use) over 64 forced splits, a group of
+/// 32 heads (the FMA loop, no staged bias), and E = 100, not a multiple of 8 (the bias gathered
+/// per cell instead of staged).
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
-fn widest_decode_groups_are_right() {
+fn decode_entry_edges_are_right() {
     let gpu = Gpu::open(0).unwrap();
     let loaded = load(&gpu, Variant::PLAIN);
-    for (name, heads, splits) in [
-        ("decode_g16_64_splits", 16, 64),
-        ("decode_g32_8_splits", 32, 8),
+    for (name, heads, splits, extent) in [
+        ("decode_g16_64_splits", 16, 64, 1024),
+        ("decode_g32_8_splits", 32, 8, 1024),
+        ("decode_e100_gathered", 8, 4, 100),
     ] {
-        let spec = GenSpec::global(heads, 1, vec![(1, 50000), (1, 9000)], 29);
+        let mut spec = GenSpec::global(heads, 1, vec![(1, 50000), (1, 9000)], 29);
+        spec.rel_extent = extent;
         let case = case(name, spec);
         let run = run_path(
             &gpu,
