@@ -96,7 +96,8 @@ static_assert(QUERY_SMEM_BYTES_WG >= 3 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYT
 
 // The bias bits of a cell at distance d whose rel_logits element, staged in shared memory, is
 // `raw` (used only where 0 <= d < E, so only staged elements count): rel_logits there, 0 past E,
-// -inf where the causal or window mask hides the key.
+// -inf where the causal or window mask hides the key (in a query block, keys outside [lo, hi)
+// are hidden by one or the other; a decode split masks them itself).
 template <class T> __device__ __forceinline__ unsigned rel_cell(const Params& p, int d, unsigned raw) {
     const int wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
     const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
@@ -180,10 +181,6 @@ template <class T, class Row, bool MASKED> struct RelStage {
             x[n][1] = pack_u16(ld_shared_u16(at_b - 16 * n), ld_shared_u16(at_b - 16 * n - 2));
         }
     }
-    // The bias bits of a cell at distance d from its staged element `raw` (used only where
-    // 0 <= d < E, so only staged elements count): rel_logits there, 0 past E, -inf where the
-    // causal or window mask hides the key (keys outside [lo, hi) are hidden by one or the other).
-    static __device__ __forceinline__ unsigned cell(const Params& p, int d, unsigned raw) { return rel_cell<T>(p, d, raw); }
     // Biases of a staged tile that is not interior (MASKED only), packed as `read` packs them.
     template <int NT>
     __device__ __forceinline__ void read_masked(const Params& p, const Row& ra, const Row& rb, int warp, int g, int tq,
@@ -194,10 +191,10 @@ template <class T, class Row, bool MASKED> struct RelStage {
         const int da = ra.pos - (int)kt - 2 * tq, db = rb.pos - (int)kt - 2 * tq;  // d of the thread's first cell
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const unsigned a0 = cell(p, da - 8 * n, ld_shared_u16(at_a - 16 * n));
-            const unsigned a1 = cell(p, da - 8 * n - 1, ld_shared_u16(at_a - 16 * n - 2));
-            const unsigned b0 = cell(p, db - 8 * n, ld_shared_u16(at_b - 16 * n));
-            const unsigned b1 = cell(p, db - 8 * n - 1, ld_shared_u16(at_b - 16 * n - 2));
+            const unsigned a0 = rel_cell<T>(p, da - 8 * n, ld_shared_u16(at_a - 16 * n));
+            const unsigned a1 = rel_cell<T>(p, da - 8 * n - 1, ld_shared_u16(at_a - 16 * n - 2));
+            const unsigned b0 = rel_cell<T>(p, db - 8 * n, ld_shared_u16(at_b - 16 * n));
+            const unsigned b1 = rel_cell<T>(p, db - 8 * n - 1, ld_shared_u16(at_b - 16 * n - 2));
             x[n][0] = pack_u16(a0, a1);
             x[n][1] = pack_u16(b0, b1);
         }
@@ -478,14 +475,15 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
     const int v_row = 16 * warp + (lane & 7) + (((lane >> 3) & 1) << 3), v_ch = lane >> 4;
 
     // The decode entry's staged bias chunks (`issue_decode_bias`), one region per ring stage.
+    constexpr bool STAGES_BIAS = DECODE_ENTRY && Row::REL_ROWS;
     const unsigned bias_ring = ring + stages * stage_bytes;
     bool stage_bias = false;
-    if constexpr (DECODE_ENTRY && Row::REL_ROWS) stage_bias = decode_bias_staged(p);
+    if constexpr (STAGES_BIAS) stage_bias = decode_bias_staged(p);
     for (int st = 0; st < stages - 1; ++st) {
         if (st < nt) {
             const unsigned at = ring + st * stage_bytes;
             load_tiles<DEC_TILE, true, true, false, true>(p, c, kt0 + (i64)st * DEC_TILE, at, at + v_at, aligned);
-            if constexpr (DECODE_ENTRY) {
+            if constexpr (STAGES_BIAS) {
                 if (stage_bias) issue_decode_bias<T, Row>(p, c, kt0 + (i64)st * DEC_TILE, bias_ring + st * DEC_BIAS_BYTES);
             }
         }
@@ -500,7 +498,7 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
             // ended the last iteration.
             const unsigned at = ring + fill * stage_bytes;
             issue_tiles<DEC_TILE, true, true>(p, c, next, at, at + v_at, aligned);
-            if constexpr (DECODE_ENTRY) {
+            if constexpr (STAGES_BIAS) {
                 if (stage_bias)
                     issue_decode_bias<T, Row>(p, c, kt0 + (i64)(it + stages - 1) * DEC_TILE, bias_ring + fill * DEC_BIAS_BYTES);
             }
@@ -512,7 +510,7 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
         float s[2][4];
         const bool far = far_tile(p, c, kt, DEC_TILE);
         bool staged = false;  // this tile's bias is read from its stage after the wait
-        if constexpr (DECODE_ENTRY) staged = stage_bias && !far;
+        if constexpr (STAGES_BIAS) staged = stage_bias && !far;
         if (far || staged) {
 #pragma unroll
             for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -527,7 +525,7 @@ __device__ void mma_decode(const Params& p, const Cta& c, unsigned char* smem) {
         cp_async_wait_dyn(stages - 1);  // this thread's copies of tile it have landed
         __syncwarp();                    // and those of the whole warp (its rows of the tile)
         const unsigned sk = ring + use * stage_bytes, sv = sk + v_at;
-        if constexpr (DECODE_ENTRY) {
+        if constexpr (STAGES_BIAS) {
             if (staged) {
                 const unsigned bs = bias_ring + use * DEC_BIAS_BYTES;
 #pragma unroll
