@@ -276,11 +276,13 @@ __device__ __forceinline__ TileRows<NKEYS, WARP> fetch_rows(const Params& p, con
         t.block0 = any ? (int)ld_block(p, row0 + (first >> sh)) : -1;
         t.slot0 = (first & (ps - 1)) + Rows::row(0);
         if constexpr (!Rows::LAZY) {
+            // Key j is the CTA's iff lo <= j < hi: one unsigned compare of j - lo (modulo 2^32,
+            // so row k's is off + STEP k) with the span (a whole tile passes every row).
+            const unsigned off = (unsigned)(first + Rows::row(0) - lo), span = hi > lo ? (unsigned)(hi - lo) : 0u;
 #pragma unroll
             for (int k = 0; k < Rows::PER; ++k) {
-                const int j = first + Rows::row(k);
                 t.slot[k] = t.slot0 + Rows::STEP * k;
-                t.block[k] = t.whole || (j >= lo && j < hi) ? t.block0 : -1;
+                t.block[k] = off + Rows::STEP * k < span ? t.block0 : -1;
             }
         }
     } else {
