@@ -38,6 +38,9 @@ typedef long long i64;
 // Virtual rows of a tensor-core CTA (16 per warp) and its key tiles.
 #define MMA_ROWS 64
 #define KEY_TILE 64
+// Smallest page whose whole tiles the sm_90a query blocks copy by TMA (a box per page and half
+// head dim: 8 per tile at this size).
+#define KV_TMA_MIN_PAGE 16
 // Single-query CTAs: tiles of DEC_TILE keys (K and V) in a ring of `Params::ring_stages`
 // shared-memory stages of DEC_STAGE_BYTES, between DEC_MIN_STAGES and DEC_MAX_STAGES (the
 // launcher sizes the dynamic shared memory for it).
@@ -59,9 +62,10 @@ static_assert(DEC_BIAS_BYTES == 4 * 16 * DEC_BIAS_ROW, "a bias region: 4 warps x
 #define SMEM_ALIGN 1024
 // Launches without single-query CTAs (no request with q_len 1, or G > 16, or fp32) need only the
 // query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN; the wgmma query blocks (sm_90a) also
-// stage rel_logits rows after their Q, K and V tiles: QUERY_SMEM_BYTES_WG.
+// stage rel_logits rows after their Q, K and V tiles, and keep the two mbarriers of their tensor
+// copies: QUERY_SMEM_BYTES_WG.
 #define QUERY_SMEM_BYTES 49152
-#define QUERY_SMEM_BYTES_WG 58368
+#define QUERY_SMEM_BYTES_WG 58432
 static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
 static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
 static_assert(QUERY_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
@@ -115,6 +119,11 @@ __device__ __forceinline__ int clamp_i32(i64 x) { return (int)imin(x, 0x7fffffff
 
 // Kernel parameters, passed by value. The Rust mirror is `gpu::params::Params`: every field is
 // 8 bytes except the trailing float + int pair, so both sides lay it out identically.
+// A CUtensorMap (opaque, 128 bytes, 64-byte aligned) encoded by the launcher.
+struct __align__(64) TensorMap {
+    unsigned long long w[16];
+};
+
 struct Params {
     const void* q;            // [T, H, D]
     const void* kv;           // the cache buffer holding K and V
@@ -137,6 +146,8 @@ struct Params {
     i64 q_size, kv_size, rel_size, out_size, bt_size, ws_o_size, ws_lse_size, shear_size, ws_count_size;
     float scale;
     int ring_stages;  // stages of the single-query CTAs' K/V ring (DEC_MIN_STAGES..DEC_MAX_STAGES)
+    i64 tma;          // 1: tmap_k and tmap_v describe K and V ([blocks][page][Hkv][D] as the strides say)
+    TensorMap tmap_k, tmap_v;
 };
 
 #ifdef RELATTN_BOUNDS_CHECK
@@ -403,7 +414,7 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
 #define ATTN_CTAS_PER_SM 1
 #endif
 #define RELATTN_ENTRY(name, fn, T) \
-    extern "C" __global__ void __launch_bounds__(THREADS, ATTN_CTAS_PER_SM) name(Params p) { fn<T>(p); }
+    extern "C" __global__ void __launch_bounds__(THREADS, ATTN_CTAS_PER_SM) name(const __grid_constant__ Params p) { fn<T>(p); }
 // An entry whose CTAs should fit DECODE_CTAS_PER_SM to an SM (at most 65536 / (THREADS x that)
 // registers per thread): the decode-only kernels, bound by the bytes in flight; 3 on sm_90a (where
 // shared memory holds that many), else as many as the registers give.
@@ -413,5 +424,5 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
 #define DECODE_CTAS_PER_SM 1
 #endif
 #define RELATTN_DECODE_ENTRY(name, fn, T) \
-    extern "C" __global__ void __launch_bounds__(THREADS, DECODE_CTAS_PER_SM) name(Params p) { fn<T>(p); }
+    extern "C" __global__ void __launch_bounds__(THREADS, DECODE_CTAS_PER_SM) name(const __grid_constant__ Params p) { fn<T>(p); }
 

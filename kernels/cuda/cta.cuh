@@ -595,4 +595,34 @@ template <> struct Wg<T> { \
 };
 RELATTN_WG_OPS(bf16, "bf16")
 RELATTN_WG_OPS(fp16, "f16")
+
+// Tensor-memory copies (TMA): one instruction copies a box of a tensor the launcher described
+// (`TensorMap`, in parameter space) into shared memory, in the 128-byte swizzle of
+// `tile_at<N, true>`, and counts its bytes on an mbarrier (arrival count 1: the issuing thread's
+// arrive.expect_tx). Waiters test the barrier's phase parity.
+__device__ __forceinline__ void mbar_init(unsigned bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    }
+}
+// Box (d0 .. d0 + 63, head, slot .. slot + 63, block) of a 4-d [blocks][page][heads][D] map.
+__device__ __forceinline__ void tma_box(unsigned dst, const TensorMap& map, unsigned bar, int d0, int head, int slot,
+                                        int block) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"(&map), "r"(d0), "r"(head), "r"(slot), "r"(block), "r"(bar)
+        : "memory");
+}
 #endif

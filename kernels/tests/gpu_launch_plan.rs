@@ -3,12 +3,12 @@
 
 use relattn_kernels::gpu::{
     attention_smem_bytes, decode_piece_keys, decode_piece_keys_for, decode_piece_layout,
-    decode_split_keys, files, has_single_query_ctas, launch_smem_bytes, native_arch, out_poison,
-    padding_bits, plan_launches, policy_splits, ring_stages, sheared_split_keys, unwritten_bits,
-    Geometry, GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS,
-    DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES,
-    DEC_Q_BYTES, DEC_STAGE_BYTES, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN,
-    WGMMA_ARCH,
+    decode_split_keys, files, has_single_query_ctas, kv_map_shape, launch_smem_bytes, native_arch,
+    out_poison, padding_bits, plan_launches, policy_splits, ring_stages, sheared_split_keys,
+    unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS,
+    CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES,
+    DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES,
+    QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -433,6 +433,8 @@ fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("DEC_BIAS_BYTES"), Some(DEC_BIAS_BYTES));
     assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
     assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
+    assert_eq!(c_define("KEY_TILE"), Some(KEY_TILE));
+    assert_eq!(c_define("KV_TMA_MIN_PAGE"), Some(KV_TMA_MIN_PAGE));
     // The prologue grid counts 32-row blocks of one head.
     assert_eq!(c_define("ROWS"), Some(32));
     let mut spec = GenSpec::global(8, 2, vec![(33, 40)], 7);
@@ -584,4 +586,60 @@ fn hopper_builds_for_its_architecture_specific_target() {
     assert_eq!(native_arch(Capability::new(8, 9)), "sm_89");
     assert_eq!(native_arch(Capability::new(10, 0)), "sm_100");
     assert_eq!(native_arch(Capability::new(12, 1)), "sm_121");
+}
+
+/// The byte offset a tensor map gives element 0 of (block, slot, head).
+fn map_offset(m: &relattn_kernels::gpu::KvMapShape, block: usize, slot: usize, head: usize) -> u64 {
+    m.offset + head as u64 * m.strides[0] + slot as u64 * m.strides[1] + block as u64 * m.strides[2]
+}
+
+#[test]
+fn tensor_maps_describe_the_cache_only_where_the_sm90a_blocks_copy_through_them() {
+    use relattn_reference::CacheLayout;
+    let spec = |page: usize, layout: CacheLayout| {
+        let mut s = GenSpec::global(8, 2, vec![(100, 300)], 3);
+        s.page_size = page;
+        s.layout = layout;
+        s
+    };
+    // NHD packed, page 128: rows K(D) | V(D) of 512 bytes per head, Hkv heads per slot.
+    let g = geometry(&spec(128, CacheLayout::NhdPacked));
+    let k = kv_map_shape(&g, &g.k, WGMMA_ARCH).expect("an aligned NHD cache with page 128");
+    let v = kv_map_shape(&g, &g.v, WGMMA_ARCH).unwrap();
+    assert_eq!(k.dims, [128, 2, 128, g.num_blocks as u64]);
+    assert_eq!(k.strides, [512, 1024, 128 * 1024]);
+    assert_eq!(k.boxes, [64, 1, KEY_TILE as u32, 1]);
+    assert_eq!((k.offset, v.offset), (0, 256));
+    // Every dimension and stride the driver reads matches the view's own element arithmetic,
+    // in every layout (HND's head stride is larger than its slot stride).
+    for (page, layout, (block, slot)) in [
+        (128, CacheLayout::NhdPacked, (3, 5)),
+        (64, CacheLayout::Contiguous, (2, 63)),
+        (64, CacheLayout::HndPacked, (2, 63)),
+    ] {
+        let g = geometry(&spec(page, layout));
+        for view in [&g.k, &g.v] {
+            let m = kv_map_shape(&g, view, WGMMA_ARCH).unwrap();
+            let want = 2 * view.at(block, slot, 1) as u64;
+            assert_eq!(map_offset(&m, block, slot, 1), want, "{layout:?}");
+        }
+    }
+    // Other architectures, pages under KV_TMA_MIN_PAGE keys or not a power of two, fp32: no map.
+    assert_eq!(kv_map_shape(&g, &g.k, "sm_90"), None);
+    assert_eq!(kv_map_shape(&g, &g.k, "sm_100"), None);
+    for page in [1, 8, 48, 96] {
+        let g = geometry(&spec(page, CacheLayout::NhdPacked));
+        assert_eq!(kv_map_shape(&g, &g.k, WGMMA_ARCH), None, "page {page}");
+    }
+    // Pages smaller than a tile: a box per page (R = page keys).
+    for page in [16, 32] {
+        let g = geometry(&spec(page, CacheLayout::NhdPacked));
+        let m = kv_map_shape(&g, &g.k, WGMMA_ARCH).unwrap();
+        assert_eq!(m.boxes, [64, 1, page as u32, 1]);
+        assert_eq!(m.dims[2], page as u64);
+    }
+    let mut f32_spec = spec(128, CacheLayout::NhdPacked);
+    f32_spec.dtype = DType::F32;
+    let g = geometry(&f32_spec);
+    assert_eq!(kv_map_shape(&g, &g.k, WGMMA_ARCH), None);
 }

@@ -195,6 +195,10 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
 #[test]
 fn params_mirror_the_c_struct() {
     assert_eq!(std::mem::size_of::<Params>(), PARAMS_BYTES);
+    // The tensor maps start at the first 64-byte boundary after the 8-byte fields, as in C.
+    assert_eq!(std::mem::offset_of!(Params, tma), 344);
+    assert_eq!(std::mem::offset_of!(Params, tmap_k), 384);
+    assert_eq!(std::mem::offset_of!(Params, tmap_v), 512);
     let c =
         c_struct_fields(gpu::files(PathId::ScoreMod)[0].1).expect("struct Params in common.cuh");
     assert_eq!(c, PARAM_FIELDS);

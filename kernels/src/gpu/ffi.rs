@@ -3,7 +3,7 @@
 
 #![allow(unsafe_code)]
 
-use super::params::Params;
+use super::params::{Params, TensorMap};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError,
     LaunchConfig, PushKernelArg,
@@ -145,6 +145,45 @@ pub(crate) fn launch(
     // checks under RELATTN_BOUNDS_CHECK). The attention kernels use at most the dynamic shared
     // memory the caller sized for this launch (the ring depth in `params` is derived from it).
     unsafe { builder.launch(cfg) }.map(|_| ())
+}
+
+/// A 16-bit tensor of `dims` elements (innermost first) at device address `base`, with byte
+/// strides `strides` for dims 1.., copied in boxes of `boxes` elements into shared memory with the
+/// 128-byte swizzle. None when the driver refuses it (a stride not a multiple of 16 bytes, an
+/// address not 16-byte aligned, a dimension out of range): the kernels then copy with cp.async.
+/// Call only with a current context of a device of compute capability 9.0 or more.
+pub(crate) fn encode_tensor_map_u16(
+    base: u64,
+    dims: [u64; 4],
+    strides: [u64; 3],
+    boxes: [u32; 4],
+) -> Option<TensorMap> {
+    use cudarc::driver::sys::{
+        cuTensorMapEncodeTiled, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+        CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+    };
+    let mut map = CUtensorMap { opaque: [0; 16] };
+    let ones = [1u32; 4];
+    // SAFETY: every pointer is valid for the 4 (dims, boxes, element strides) or 3 (strides)
+    // entries a rank-4 map reads, and `map` for the 128-byte write; the driver only encodes the
+    // description (it dereferences neither `base` nor anything else).
+    let r = unsafe {
+        cuTensorMapEncodeTiled(
+            &mut map,
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            4,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            ones.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    r.result().ok().map(|()| TensorMap(map.opaque))
 }
 
 /// Whether libcublas can be loaded. Must be true before anything touches cudarc's cuBLAS API,

@@ -41,8 +41,13 @@ pub const ATTN_SMEM_BYTES: usize = 75776;
 /// mirrors `QUERY_SMEM_BYTES`.
 pub const QUERY_SMEM_BYTES: usize = 49152;
 /// The same for the wgmma query blocks (built for `sm_90a`), which also stage rel_logits rows
-/// in shared memory; mirrors `QUERY_SMEM_BYTES_WG`.
-pub const QUERY_SMEM_BYTES_WG: usize = 58368;
+/// in shared memory and keep two mbarriers for their tensor copies; mirrors `QUERY_SMEM_BYTES_WG`.
+pub const QUERY_SMEM_BYTES_WG: usize = 58432;
+/// Keys per K/V tile of a query block; mirrors `KEY_TILE`.
+pub const KEY_TILE: usize = 64;
+/// Smallest page whose tiles the sm_90a query blocks copy by TMA (a box per page and half of the
+/// head dim, 8 per tile at this size); mirrors `KV_TMA_MIN_PAGE`.
+pub const KV_TMA_MIN_PAGE: usize = 16;
 /// The architecture whose query blocks are the wgmma kernels.
 pub const WGMMA_ARCH: &str = "sm_90a";
 /// Alignment the kernels give their tiles inside the dynamic shared memory (the launch adds this
@@ -285,6 +290,60 @@ pub fn launch_smem_bytes(g: &Geometry, stages: usize, arch: &str) -> usize {
     } else {
         QUERY_SMEM_BYTES + SMEM_ALIGN
     }
+}
+
+/// A cache view as the 4-d tensor the sm_90a query blocks copy whole one-page K or V tiles from
+/// (tensor memory access, `cuTensorMapEncodeTiled`): 16-bit elements at byte `offset` of the
+/// cache buffer, dims `(D, Hkv, page, blocks)` innermost first, byte strides of dims 1..,
+/// boxes of `(64, 1, R, 1)` elements, R = min(page, KEY_TILE): half a tile's dims (a 128-byte
+/// swizzled row) for the keys of one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvMapShape {
+    pub offset: u64,
+    pub dims: [u64; 4],
+    pub strides: [u64; 3],
+    pub boxes: [u32; 4],
+}
+
+/// The tensor of `view` when kernels built for `arch` copy through one: only `WGMMA_ARCH`, 16-bit
+/// dtypes, D = HEAD_DIM, pages a power of two of at least KV_TMA_MIN_PAGE keys, and a 16-byte aligned
+/// cache view (both views' offsets and strides multiples of 8 elements, which the kernels check
+/// too). None: every tile takes cp.async.
+pub fn kv_map_shape(
+    g: &Geometry,
+    view: &relattn_reference::KvView,
+    arch: &str,
+) -> Option<KvMapShape> {
+    let elem = g.dtype.size_bytes();
+    let ps = g.page_size;
+    let usable = arch == WGMMA_ARCH
+        && elem == 2
+        && g.head_dim == HEAD_DIM
+        && ps >= KV_TMA_MIN_PAGE
+        && ps.is_power_of_two()
+        && g.num_blocks > 0;
+    let aligned = [&g.k, &g.v]
+        .iter()
+        .all(|v| (v.offset | v.block_stride | v.slot_stride | v.head_stride) % 8 == 0);
+    if !usable || !aligned {
+        return None;
+    }
+    // A single KV head's stride is never stepped: any valid one will do.
+    let head = if g.num_kv_heads > 1 {
+        view.head_stride
+    } else {
+        HEAD_DIM
+    };
+    let strides = [head, view.slot_stride, view.block_stride].map(|s| (s * elem) as u64);
+    if strides.iter().any(|&s| s == 0 || s >= 1 << 40) {
+        return None;
+    }
+    Some(KvMapShape {
+        offset: (view.offset * elem) as u64,
+        dims: [HEAD_DIM, g.num_kv_heads, ps, g.num_blocks].map(|d| d as u64),
+        strides,
+        boxes: [64, 1, ps.min(KEY_TILE) as u32, 1],
+    })
 }
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.

@@ -1,10 +1,11 @@
 //! The kernels' one by-value argument: the Rust mirror of `struct Params` in common.cuh. Every field
-//! is 8 bytes except the trailing f32 + i32 pair, so `#[repr(C)]` lays it out as the C struct.
+//! is 8 bytes except an f32 + i32 pair and the two 64-byte aligned tensor maps at the end, so
+//! `#[repr(C)]` lays it out as the C struct.
 
 #![deny(unsafe_code)]
 
 /// Field names of the C struct in declaration order (checked against common.cuh by a test).
-pub const FIELDS: [&str; 44] = [
+pub const FIELDS: [&str; 47] = [
     "q",
     "kv",
     "rel",
@@ -49,7 +50,16 @@ pub const FIELDS: [&str; 44] = [
     "ws_count_size",
     "scale",
     "ring_stages",
+    "tma",
+    "tmap_k",
+    "tmap_v",
 ];
+
+/// A `CUtensorMap` as the kernels take it (`struct TensorMap` in common.cuh): 128 opaque bytes,
+/// 64-byte aligned, encoded by the driver (`cuTensorMapEncodeTiled`).
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TensorMap(pub [u64; 16]);
 
 /// Device pointers are raw `CUdeviceptr` values; 0 for a buffer a launch does not use.
 #[repr(C)]
@@ -102,10 +112,16 @@ pub struct Params {
     pub scale: f32,
     /// Stages of the single-query CTAs' K/V ring (`ring_stages`; sized into the launch's shared memory).
     pub ring_stages: i32,
+    /// 1 when `tmap_k` and `tmap_v` describe the cache's K and V (the sm_90a query blocks then copy
+    /// whole one-page tiles through them), else 0 and both maps zero.
+    pub tma: i64,
+    pub tmap_k: TensorMap,
+    pub tmap_v: TensorMap,
 }
 
-/// Bytes of the C struct (42 eight-byte fields and one f32 + i32 pair).
-pub const PARAMS_BYTES: usize = 344;
+/// Bytes of the C struct (43 eight-byte fields and one f32 + i32 pair, padded to 384 for the two
+/// 128-byte tensor maps).
+pub const PARAMS_BYTES: usize = 640;
 
 /// The field names of `struct Params` as declared in a C source, in order.
 pub fn c_struct_fields(source: &str) -> Option<Vec<String>> {

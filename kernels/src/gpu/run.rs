@@ -5,9 +5,10 @@
 use super::device::{is_fault, Gpu, Loaded};
 use super::error::{driver, GpuError};
 use super::ffi;
+use super::geometry::Geometry;
 use super::launch_plan::{
-    attention_smem_bytes, launch_smem_bytes, plan_launches, ring_stages, LaunchPlan, Splits,
-    CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
+    attention_smem_bytes, kv_map_shape, launch_smem_bytes, plan_launches, ring_stages, LaunchPlan,
+    Splits, CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
 };
 use super::params::Params;
 use super::source::Stage;
@@ -155,7 +156,8 @@ pub fn run_path(
         shear_len,
         count_len,
     };
-    let params = params(gpu, problem, &plan, &out, &workspaces, stages);
+    let mut params = params(gpu, problem, &plan, &out, &workspaces, stages);
+    add_tensor_maps(&mut params, g, loaded.arch());
     let start = gpu
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -290,6 +292,27 @@ fn params(
         ws_count_size: i(ws.count_len),
         scale: g.softmax_scale as f32,
         ring_stages: ring_stages as i32,
+        tma: 0,
+        tmap_k: Default::default(),
+        tmap_v: Default::default(),
+    }
+}
+
+/// Encode the K and V tensor maps of the sm_90a query blocks' tile copies when the kernels can
+/// take them (`kv_map_shape`) and the driver accepts both; else the kernels copy with cp.async.
+/// Drivers before CUDA 12.0 have no tensor maps.
+fn add_tensor_maps(params: &mut Params, g: &Geometry, arch: &str) {
+    if !ffi::driver_version().is_ok_and(|v| v >= 12000) {
+        return;
+    }
+    let encode = |view| {
+        let s = kv_map_shape(g, view, arch)?;
+        ffi::encode_tensor_map_u16(params.kv + s.offset, s.dims, s.strides, s.boxes)
+    };
+    if let (Some(k), Some(v)) = (encode(&g.k), encode(&g.v)) {
+        params.tma = 1;
+        params.tmap_k = k;
+        params.tmap_v = v;
     }
 }
 
