@@ -117,13 +117,15 @@ __device__ __forceinline__ i64 cdiv(i64 a, i64 b) { return (a + b - 1) / b; }
 // values past that compare the same as INT32_MAX.
 __device__ __forceinline__ int clamp_i32(i64 x) { return (int)imin(x, 0x7fffffff); }
 
-// Kernel parameters, passed by value. The Rust mirror is `gpu::params::Params`: every field is
-// 8 bytes except the trailing float + int pair, so both sides lay it out identically.
 // A CUtensorMap (opaque, 128 bytes, 64-byte aligned) encoded by the launcher.
 struct __align__(64) TensorMap {
     unsigned long long w[16];
 };
 
+// Kernel parameters, passed by value (a __grid_constant__ argument, so the tensor maps have a
+// parameter-space address). The Rust mirror is `gpu::params::Params`: every field is 8 bytes
+// except a float + int pair and the two 64-byte aligned tensor maps at the end, so both sides lay
+// it out identically.
 struct Params {
     const void* q;            // [T, H, D]
     const void* kv;           // the cache buffer holding K and V

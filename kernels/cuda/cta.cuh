@@ -616,7 +616,8 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                      : "memory");
     }
 }
-// Box (d0 .. d0 + 63, head, slot .. slot + 63, block) of a 4-d [blocks][page][heads][D] map.
+// Box (d0 .. d0 + 63, head, slot .. slot + R - 1, block) of a 4-d [blocks][page][heads][D] map
+// whose boxes are R keys deep.
 __device__ __forceinline__ void tma_box(unsigned dst, const TensorMap& map, unsigned bar, int d0, int head, int slot,
                                         int block) {
     asm volatile(

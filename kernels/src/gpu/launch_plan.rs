@@ -292,7 +292,7 @@ pub fn launch_smem_bytes(g: &Geometry, stages: usize, arch: &str) -> usize {
     }
 }
 
-/// A cache view as the 4-d tensor the sm_90a query blocks copy whole one-page K or V tiles from
+/// A cache view as the 4-d tensor the sm_90a query blocks copy whole K or V tiles from
 /// (tensor memory access, `cuTensorMapEncodeTiled`): 16-bit elements at byte `offset` of the
 /// cache buffer, dims `(D, Hkv, page, blocks)` innermost first, byte strides of dims 1..,
 /// boxes of `(64, 1, R, 1)` elements, R = min(page, KEY_TILE): half a tile's dims (a 128-byte
