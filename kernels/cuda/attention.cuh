@@ -94,6 +94,8 @@ static_assert(REL_STAGE_ROW >= 9 * 16 && REL_STAGE_ROW % 16 == 0, "a staged row 
 static_assert(QUERY_SMEM_BYTES >= 2 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES, "mma.sync: K, V and the stage fit");
 static_assert(QUERY_SMEM_BYTES_WG >= 3 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES + 16,
               "wgmma: Q, K, V, the stage and two mbarriers fit");
+static_assert(QUERY_SMEM_BYTES_WG_WINDOW >= 4 * KEY_TILE * HEAD_DIM * 2 + REL_STAGE_BYTES + 24,
+              "wgmma, windowed: Q, K, two V tiles, the stage and three mbarriers fit");
 
 // The bias bits of a cell at distance d whose rel_logits element, staged in shared memory, is
 // `raw` (used only where 0 <= d < E, so only staged elements count): rel_logits there, 0 past E,
@@ -262,8 +264,9 @@ template <class T> struct SyncProducts {
 // wgmma (sm_90a): Q (64 virtual rows), K and V tiles in shared memory in the canonical
 // 128-byte-swizzled layout (`tile_at<N, true>`, 1024-byte aligned): S = Q K^T is 8 m64n64k16
 // steps with both operands in shared memory, O += P V 4 m64n128k16 steps with P in registers and
-// V read transposed; scores and output stay in the mma.sync fragment layout.
-template <class T> struct WgProducts {
+// V read transposed; scores and output stay in the mma.sync fragment layout. VT V tiles: the
+// windowed blocks (`window_block`) alternate between two, `query_block` has one.
+template <class T, int VT = 1> struct WgProducts {
     static constexpr bool WG = true;
     static constexpr unsigned TILE_BYTES = KEY_TILE * HEAD_DIM * 2, HALF = KEY_TILE * 128;
     unsigned sq, sk, sv, sr;
@@ -275,8 +278,8 @@ template <class T> struct WgProducts {
                                           unsigned char* smem) {
         sq = smem_addr(smem);
         sk = sq + TILE_BYTES;
-        sv = sk + TILE_BYTES;
-        sr = sv + TILE_BYTES;  // the staged biases (QUERY_SMEM_BYTES_WG)
+        sv = sk + TILE_BYTES;       // V tile b at sv + b * TILE_BYTES
+        sr = sv + VT * TILE_BYTES;  // the staged biases, then the mbarriers (QUERY_SMEM_BYTES_WG[_WINDOW])
         const int ch = threadIdx.x & 15;
 #pragma unroll
         for (int k = 0; k < MMA_ROWS / 8; ++k) {
@@ -315,6 +318,24 @@ template <class T> struct WgProducts {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) Wg<T>::pv(o, pa[kk], wg_desc(sv + kk * 2048, HALF, 1024));
         wg_commit();
+        wg_wait0();
+        wg_hold(o);
+    }
+    // The windowed blocks' products: P V issued and not waited for (o and pa must not be touched
+    // until the next wait), and a wait for Q K^T that also covers the P V issued before it.
+    __device__ __forceinline__ void pv_issue(float (&o)[16][4], const unsigned (&pa)[4][4], int b) const {
+        wg_fence();
+        const unsigned v = sv + (unsigned)b * TILE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) Wg<T>::pv(o, pa[kk], wg_desc(v + kk * 2048, HALF, 1024));
+        wg_commit();
+    }
+    __device__ __forceinline__ void qk_pv_wait(float (&s)[8][4], float (&o)[16][4]) const {
+        wg_wait0();
+        wg_hold(s);
+        wg_hold(o);
+    }
+    __device__ __forceinline__ void pv_wait(float (&o)[16][4]) const {
         wg_wait0();
         wg_hold(o);
     }
@@ -468,6 +489,129 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
     store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
     store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
 }
+
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+// Tensor copies of the windowed blocks (`window_block`): as `KvTma` (same conditions and boxes),
+// but a tile comes this way when every key of it is one the request's rows may read, inside
+// [first_visible(first row), kv_len), not only inside the CTA's [lo, hi): keys the CTA's rows do
+// not see are masked (-inf scores, p = 0 against finite values; cache slots outside that range
+// may hold anything, NaN included, and are never read). Only a CTA's first tile (when it starts
+// before that range) and its last (when it ends past kv_len) take the cp.async copies, so the
+// tiles that come by TMA are consecutive: tile `it` is the u = it - skip0'th, K's phase is u's
+// parity, and V tiles alternate between two buffers, each with its mbarrier (at bar + 8 and
+// bar + 16), whose phase is the parity of u / 2. `on` and `takes` are uniform.
+struct RangeKvTma {
+    bool on;
+    i64 first, last;  // tiles [first, last] of 64-aligned keys may come by TMA
+
+    __device__ __forceinline__ RangeKvTma(const Params& p, const Cta& c, bool aligned, unsigned bar) : on(false) {
+        const i64 ps = p.page_size;
+        on = p.tma != 0 && aligned && ps >= KV_TMA_MIN_PAGE && (ps & (ps - 1)) == 0;
+        first = first_visible(p, c.r.prefix());
+        last = c.r.kv_len - KEY_TILE;
+        if (on) {
+            if (threadIdx.x == 0) {
+                mbar_init(bar);
+                mbar_init(bar + 8);
+                mbar_init(bar + 16);
+                mbar_init_fence();
+            }
+            __syncthreads();
+        }
+    }
+    // Uniform: tile kt (64-aligned) comes by TMA.
+    __device__ __forceinline__ bool takes(i64 kt) const { return on && kt >= first && kt <= last; }
+};
+
+// The sm_90a query block of windowed layers (every tile near the diagonal, 9 tiles a CTA in the
+// model), whose time is the latency of each tile's chain of copies, products, bias and softmax
+// rather than any throughput: the pieces of that chain overlap more than in `query_block`.
+// Tile n's K (one buffer) and V (buffer u & 1) are copied together, in iteration n - 1 once
+// Q K^T(n - 1) and P V(n - 2) are complete, so V has more than an iteration to land; the
+// stage's rows of tile n + 1 are copied as soon as the quad has read tile n's (before Q K^T(n)
+// completes); P V(n) is issued and not waited for: it runs while the warps wait for K(n + 1),
+// issue Q K^T(n + 1) and read its biases, and one wait covers both. Per tile: one CTA barrier
+// (every warp is done with K(n) and V(n - 1)) and, with K by TMA, a warp sync after the copies
+// landed (the staged bias rows are copied and read by the same quad). It takes 16 KiB more
+// shared memory than `query_block` (the second V tile; QUERY_SMEM_BYTES_WG_WINDOW), and the
+// global layers keep `query_block`: in their entries this loop raised the spills (92 bytes
+// instead of 50 on sm_90a) and prefill8k took 2% longer.
+template <class T, class Row>
+__device__ void window_block(const Params& p, const Cta& c, unsigned char* smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
+    const WgProducts<T, 2> mm(p, c, ra, rb, tq, smem);
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    const bool aligned = kv_aligned16(p);
+    const float scale2 = p.scale * LOG2E;
+    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
+    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
+
+    const RelStage<T, Row, true> rs(p, c, mm.sr);
+    const unsigned bar = mm.sr + REL_STAGE_BYTES;  // K's mbarrier; V buffer b's at bar + 8 + 8 b
+    const RangeKvTma tma(p, c, aligned, bar);
+    const int skip0 = tma.takes(kt0) ? 0 : 1;
+    // Tile it's K and V (into buffer (it - skip0) & 1).
+    auto issue_kv = [&](int it) {
+        const i64 kt = kt0 + (i64)it * KEY_TILE;
+        const int b = (it - skip0) & 1;
+        const unsigned v = mm.sv + (unsigned)b * WgProducts<T, 2>::TILE_BYTES;
+        if (tma.takes(kt)) {
+            KvTma<true>::issue(p, c, p.tmap_k, mm.sk, bar, p.k_off, p.k_block, p.k_slot, p.k_head, kt);
+            KvTma<true>::issue(p, c, p.tmap_v, v, bar + 8 + 8 * b, p.v_off, p.v_block, p.v_slot, p.v_head, kt);
+        } else {
+            load_tiles<KEY_TILE, true, true, true>(p, c, kt, mm.sk, v, aligned);
+        }
+    };
+    if (nt > 0) {
+        issue_kv(0);
+        rs.issue(p, c, ra, rb, warp, g, tq, kt0);
+    }
+    cp_async_commit();
+    for (int it = 0; it < nt; ++it) {
+        const i64 kt = kt0 + (i64)it * KEY_TILE;
+        const int u = it - skip0;
+        const bool by_tma = tma.takes(kt);
+        cp_async_wait<0>();  // this thread's copies of tile it (and Q) have landed
+        if (by_tma) mbar_wait(bar, (unsigned)u & 1u);
+        fence_proxy_async();
+        // The stage's rows are copied and read by the same quad: with K by TMA only the first
+        // tile (Q) needs the CTA barrier.
+        if (!by_tma || it == 0) __syncthreads();
+        else __syncwarp();
+        float s[8][4];
+        unsigned x[8][2];
+        const bool far = far_tile(p, c, kt, KEY_TILE), plain = rs.interior(p, c, kt);
+        mm.qk_issue(s);
+        if (plain) rs.read(ra, rb, warp, g, tq, x);
+        else if (rs.on && !far) rs.read_masked(p, ra, rb, warp, g, tq, kt, x);
+        else if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
+        if (it + 1 < nt) {
+            __syncwarp();  // the quad is done reading its rows of the stage
+            rs.issue(p, c, ra, rb, warp, g, tq, kt + KEY_TILE);
+        }
+        mm.qk_pv_wait(s, o);
+        const float sc = scale_scores<T>(far, scale2, x, s);
+        __syncthreads();  // every warp is done with K(it) and V(it - 1)
+        if (it + 1 < nt) issue_kv(it + 1);
+        cp_async_commit();
+        unsigned pa[4][4];
+        float alpha[2];
+        softmax_tile<T, 8>(s, sc, m, l, alpha, pa);
+        rescale(o, alpha);
+        if (by_tma) mbar_wait(bar + 8 + 8 * (u & 1), (unsigned)(u >> 1) & 1u);  // V(it) has landed
+        mm.pv_issue(o, pa, u & 1);
+    }
+    mm.pv_wait(o);
+    cp_async_wait<0>();
+    const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
+    store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
+    store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
+}
+#endif
 
 // Bias staging of the decode entry (rows whose bias is rel_logits[t, h, d]). A tile's bias
 // gathers, issued in its own iteration, wait behind the ring's K/V copies of the tiles ahead
@@ -763,6 +907,9 @@ __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
         using Products = SyncProducts<T>;
 #endif
         if (c.r.q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+        else if constexpr (WINDOWED && Row::REL_ROWS) window_block<T, Row>(p, c, smem);
+#endif
         else query_block<T, Row, Products, WINDOWED && Row::REL_ROWS>(p, c, smem);
     }
 }

@@ -63,14 +63,17 @@ static_assert(DEC_BIAS_BYTES == 4 * 16 * DEC_BIAS_ROW, "a bias region: 4 warps x
 // Launches without single-query CTAs (no request with q_len 1, or G > 16, or fp32) need only the
 // query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN; the wgmma query blocks (sm_90a) also
 // stage rel_logits rows after their Q, K and V tiles, and keep the two mbarriers of their tensor
-// copies: QUERY_SMEM_BYTES_WG.
+// copies: QUERY_SMEM_BYTES_WG; those of windowed layers (`window_block`) a second V tile and a
+// third mbarrier: QUERY_SMEM_BYTES_WG_WINDOW.
 #define QUERY_SMEM_BYTES 49152
 #define QUERY_SMEM_BYTES_WG 58432
+#define QUERY_SMEM_BYTES_WG_WINDOW 74784
 static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
 static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
 static_assert(QUERY_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");
 static_assert(QUERY_SMEM_BYTES >= 2 * KCHUNK * HEAD_DIM * 4, "the FMA loop's fp32 K and V chunks fit");
-static_assert(ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES && ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES_WG,
+static_assert(ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES && ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES_WG &&
+                  ATTN_SMEM_BYTES >= QUERY_SMEM_BYTES_WG_WINDOW,
               "a launch with single-query CTAs runs query blocks too");
 static_assert(ATTN_SMEM_BYTES >= DEC_Q_BYTES + DEC_MIN_STAGES * (DEC_STAGE_BYTES + DEC_BIAS_BYTES),
               "the minimal decode ring and its bias regions fit");

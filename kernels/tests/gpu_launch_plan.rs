@@ -8,7 +8,7 @@ use relattn_kernels::gpu::{
     unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS,
     CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES,
     DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES,
-    QUERY_SMEM_BYTES_WG, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
+    QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -549,6 +549,17 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     let wg = launch_smem_bytes(&prefill, 3, WGMMA_ARCH);
     assert_eq!(wg, QUERY_SMEM_BYTES_WG + SMEM_ALIGN);
     assert!(on_sm(3, wg) <= H200.smem_per_sm);
+    // Their windowed blocks alternate between two V tiles: three still fit.
+    let mut local_spec = GenSpec::global(64, 8, vec![(64, 200), (9, 40)], 3);
+    local_spec.window_left = 31;
+    let local = geometry(&local_spec);
+    let wg_local = launch_smem_bytes(&local, 3, WGMMA_ARCH);
+    assert_eq!(wg_local, QUERY_SMEM_BYTES_WG_WINDOW + SMEM_ALIGN);
+    assert!(wg_local > wg && on_sm(3, wg_local) <= H200.smem_per_sm);
+    assert_eq!(
+        launch_smem_bytes(&local, 3, "sm_90"),
+        QUERY_SMEM_BYTES + SMEM_ALIGN
+    );
     assert_eq!(
         launch_smem_bytes(&prefill, 3, "sm_90"),
         QUERY_SMEM_BYTES + SMEM_ALIGN
@@ -577,6 +588,10 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     // The C side states the same sizes.
     assert_eq!(c_define("QUERY_SMEM_BYTES"), Some(QUERY_SMEM_BYTES));
     assert_eq!(c_define("QUERY_SMEM_BYTES_WG"), Some(QUERY_SMEM_BYTES_WG));
+    assert_eq!(
+        c_define("QUERY_SMEM_BYTES_WG_WINDOW"),
+        Some(QUERY_SMEM_BYTES_WG_WINDOW)
+    );
 }
 
 #[test]

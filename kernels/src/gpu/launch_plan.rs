@@ -43,6 +43,9 @@ pub const QUERY_SMEM_BYTES: usize = 49152;
 /// The same for the wgmma query blocks (built for `sm_90a`), which also stage rel_logits rows
 /// in shared memory and keep two mbarriers for their tensor copies; mirrors `QUERY_SMEM_BYTES_WG`.
 pub const QUERY_SMEM_BYTES_WG: usize = 58432;
+/// The same for the wgmma query blocks of windowed layers, which alternate between two V tiles
+/// (and keep a third mbarrier); mirrors `QUERY_SMEM_BYTES_WG_WINDOW`.
+pub const QUERY_SMEM_BYTES_WG_WINDOW: usize = 74784;
 /// Keys per K/V tile of a query block; mirrors `KEY_TILE`.
 pub const KEY_TILE: usize = 64;
 /// Smallest page whose tiles the sm_90a query blocks copy by TMA (a box per page and half of the
@@ -280,11 +283,14 @@ pub fn attention_smem_bytes(stages: usize) -> usize {
 
 /// Dynamic shared memory of a problem's attention launch for kernels built for `arch`: with
 /// single-query CTAs their ring (`attention_smem_bytes`), else only the query block's tiles (and
-/// on `WGMMA_ARCH` its staged rel_logits rows), so GPUs with 100 KiB per SM still hold two
-/// query-block CTAs.
+/// on `WGMMA_ARCH` its staged rel_logits rows, and on windowed layers a second V tile), so GPUs
+/// with 100 KiB per SM still hold two query-block CTAs. Global layers keep the smaller size on
+/// `WGMMA_ARCH`: shared memory an SM does not give to CTAs is its L1 cache.
 pub fn launch_smem_bytes(g: &Geometry, stages: usize, arch: &str) -> usize {
     if has_single_query_ctas(g) {
         attention_smem_bytes(stages)
+    } else if arch == WGMMA_ARCH && g.is_local() {
+        QUERY_SMEM_BYTES_WG_WINDOW + SMEM_ALIGN
     } else if arch == WGMMA_ARCH {
         QUERY_SMEM_BYTES_WG + SMEM_ALIGN
     } else {
