@@ -206,6 +206,43 @@ template <class T, class Row, bool MASKED> struct RelStage {
     }
 };
 
+// A query block thread's output accumulators (rows a and b, the mma.sync C-fragment layout) and
+// its online softmax's running maxima and sums, zeroed (maxima -inf); `store` writes its rows.
+struct BlockAcc {
+    float o[16][4];
+    float m[2], l[2];
+    __device__ __forceinline__ BlockAcc() {
+#pragma unroll
+        for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+        m[0] = m[1] = neg_inf();
+        l[0] = l[1] = 0.f;
+    }
+    template <class T, class Row>
+    __device__ __forceinline__ void store(const Params& p, const Cta& c, const Row& ra, const Row& rb, int tq) {
+        const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
+        store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
+        store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
+    }
+};
+
+// The key tiles of a query block: 64-aligned, from the one holding lo (kt0) to the one holding
+// hi - 1; returns their number.
+__device__ __forceinline__ int key_tiles(const Cta& c, i64& kt0) {
+    kt0 = c.lo / KEY_TILE * KEY_TILE;
+    return c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
+}
+
+// The biases of key tile kt for the thread's rows: read from the stage (interior tiles, `plain`;
+// with MASKED, any staged tile), else gathered, none for far tiles.
+template <class T, class Row, bool MASKED>
+__device__ __forceinline__ void block_biases(const Params& p, const Cta& c, const RelStage<T, Row, MASKED>& rs,
+                                             const Row& ra, const Row& rb, int warp, int g, int tq, i64 kt, bool far,
+                                             bool plain, unsigned (&x)[8][2]) {
+    if (plain) rs.read(ra, rb, warp, g, tq, x);
+    else if (MASKED && rs.on && !far) rs.read_masked(p, ra, rb, warp, g, tq, kt, x);
+    else if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
+}
+
 // How a query block multiplies (the policy of `query_block`). mma.sync (every SM80+ GPU): warp w
 // owns virtual rows [16 w, 16 w + 16); m16n8k16 MMAs with Q in registers and K and V read from
 // XOR-swizzled tiles by `ldmatrix` (`.trans` for V).
@@ -422,14 +459,11 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
     const Products mm(p, c, ra, rb, tq, smem);
-    float o[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    BlockAcc acc;
     const bool aligned = kv_aligned16(p);
     const float scale2 = p.scale * LOG2E;
-    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
-    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
+    i64 kt0;
+    const int nt = key_tiles(c, kt0);
 
     const RelStage<T, Row, MASKED_STAGE> rs(p, c, mm.sr);
     const unsigned bar = mm.sr + REL_STAGE_BYTES;  // K's mbarrier; V's at bar + 8
@@ -459,9 +493,7 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         unsigned x[8][2];
         const bool far = far_tile(p, c, kt, KEY_TILE), plain = rs.interior(p, c, kt);
         mm.qk_issue(s);
-        if (plain) rs.read(ra, rb, warp, g, tq, x);
-        else if (MASKED_STAGE && rs.on && !far) rs.read_masked(p, ra, rb, warp, g, tq, kt, x);
-        else if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
+        block_biases<T>(p, c, rs, ra, rb, warp, g, tq, kt, far, plain, x);
         mm.qk_wait(s);
         const float sc = scale_scores<T>(far, scale2, x, s);
         __syncthreads();  // every warp is done with K(it)
@@ -473,8 +505,8 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         cp_async_commit();
         unsigned pa[4][4];
         float alpha[2];
-        softmax_tile<T, 8>(s, sc, m, l, alpha, pa);
-        rescale(o, alpha);
+        softmax_tile<T, 8>(s, sc, acc.m, acc.l, alpha, pa);
+        rescale(acc.o, alpha);
         if (by_tma) {
             tma.wait(bar + 8, tma.parity(c, kt0, it));  // V(it) has landed
         } else {
@@ -482,12 +514,10 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
             mm.landed();
             __syncthreads();
         }
-        mm.pv(o, pa);
+        mm.pv(acc.o, pa);
     }
     cp_async_wait<0>();
-    const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
-    store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
-    store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
+    acc.template store<T>(p, c, ra, rb, tq);
 }
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -541,14 +571,11 @@ __device__ void window_block(const Params& p, const Cta& c, unsigned char* smem)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const Row ra(p, c, warp * 16 + g), rb(p, c, warp * 16 + g + 8);
     const WgProducts<T, 2> mm(p, c, ra, rb, tq, smem);
-    float o[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    BlockAcc acc;
     const bool aligned = kv_aligned16(p);
     const float scale2 = p.scale * LOG2E;
-    const i64 kt0 = c.lo / KEY_TILE * KEY_TILE;
-    const int nt = c.hi > c.lo ? (int)cdiv(c.hi - kt0, KEY_TILE) : 0;
+    i64 kt0;
+    const int nt = key_tiles(c, kt0);
 
     const RelStage<T, Row, true> rs(p, c, mm.sr);
     const unsigned bar = mm.sr + REL_STAGE_BYTES;  // K's mbarrier; V buffer b's at bar + 8 + 8 b
@@ -586,30 +613,26 @@ __device__ void window_block(const Params& p, const Cta& c, unsigned char* smem)
         unsigned x[8][2];
         const bool far = far_tile(p, c, kt, KEY_TILE), plain = rs.interior(p, c, kt);
         mm.qk_issue(s);
-        if (plain) rs.read(ra, rb, warp, g, tq, x);
-        else if (rs.on && !far) rs.read_masked(p, ra, rb, warp, g, tq, kt, x);
-        else if (!far) tile_bias<T>(p, c, ra, rb, kt, tq, x);
+        block_biases<T>(p, c, rs, ra, rb, warp, g, tq, kt, far, plain, x);
         if (it + 1 < nt) {
             __syncwarp();  // the quad is done reading its rows of the stage
             rs.issue(p, c, ra, rb, warp, g, tq, kt + KEY_TILE);
         }
-        mm.qk_pv_wait(s, o);
+        mm.qk_pv_wait(s, acc.o);
         const float sc = scale_scores<T>(far, scale2, x, s);
         __syncthreads();  // every warp is done with K(it) and V(it - 1)
         if (it + 1 < nt) issue_kv(it + 1);
         cp_async_commit();
         unsigned pa[4][4];
         float alpha[2];
-        softmax_tile<T, 8>(s, sc, m, l, alpha, pa);
-        rescale(o, alpha);
+        softmax_tile<T, 8>(s, sc, acc.m, acc.l, alpha, pa);
+        rescale(acc.o, alpha);
         if (by_tma) mbar_wait(bar + 8 + 8 * (u & 1), (unsigned)(u >> 1) & 1u);  // V(it) has landed
-        mm.pv_issue(o, pa, u & 1);
+        mm.pv_issue(acc.o, pa, u & 1);
     }
-    mm.pv_wait(o);
+    mm.pv_wait(acc.o);
     cp_async_wait<0>();
-    const float la = quad_sum(l[0]), lb = quad_sum(l[1]);
-    store_row<T>(p, c, ra, m[0], la, o, 0, 0, tq, tq == 0);
-    store_row<T>(p, c, rb, m[1], lb, o, 1, 0, tq, tq == 0);
+    acc.template store<T>(p, c, ra, rb, tq);
 }
 #endif
 
