@@ -461,6 +461,12 @@ const H200: SmLimits = SmLimits {
     resident_ctas: 3,
 };
 
+/// The shared memory of the fallback path's launch of `g`.
+fn fallback_smem(g: &Geometry, stages: usize, arch: &str) -> usize {
+    let plan = plan_launches(PathId::Fallback, g, Splits::Policy).unwrap();
+    launch_smem_bytes(&plan, g, stages, arch)
+}
+
 /// Shared memory `n` CTAs of `bytes` dynamic shared memory take on an SM (the driver reserves
 /// 1 KiB per CTA).
 fn on_sm(n: usize, bytes: usize) -> usize {
@@ -479,7 +485,7 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     assert!(on_sm(2, attention_smem_bytes(s)) <= H200.smem_per_sm);
     assert!(on_sm(2, attention_smem_bytes(s + 1)) > H200.smem_per_sm);
     assert_eq!(
-        launch_smem_bytes(&decode, s, WGMMA_ARCH),
+        fallback_smem(&decode, s, WGMMA_ARCH),
         attention_smem_bytes(s)
     );
     // 16 splits x 8 = 128 CTAs: one per SM, the deepest ring.
@@ -539,29 +545,37 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     let prefill = geometry(&GenSpec::global(64, 8, vec![(64, 200), (9, 40)], 3));
     assert!(!has_single_query_ctas(&prefill));
     assert_eq!(
-        launch_smem_bytes(&prefill, 3, "sm_86"),
+        fallback_smem(&prefill, 3, "sm_86"),
         QUERY_SMEM_BYTES + SMEM_ALIGN
     );
-    assert!(on_sm(2, launch_smem_bytes(&prefill, 3, "sm_89")) <= 102_400);
+    assert!(on_sm(2, fallback_smem(&prefill, 3, "sm_89")) <= 102_400);
     // The wgmma query blocks (sm_90a) also stage rel_logits rows; three still fit an H200 SM,
     // as their `__launch_bounds__` assume.
     assert_eq!(WGMMA_ARCH, native_arch(Capability::new(9, 0)));
-    let wg = launch_smem_bytes(&prefill, 3, WGMMA_ARCH);
+    let wg = fallback_smem(&prefill, 3, WGMMA_ARCH);
     assert_eq!(wg, QUERY_SMEM_BYTES_WG + SMEM_ALIGN);
     assert!(on_sm(3, wg) <= H200.smem_per_sm);
     // Their windowed blocks alternate between two V tiles: three still fit.
-    let mut local_spec = GenSpec::global(64, 8, vec![(64, 200), (9, 40)], 3);
-    local_spec.window_left = 31;
-    let local = geometry(&local_spec);
-    let wg_local = launch_smem_bytes(&local, 3, WGMMA_ARCH);
+    let local = geometry(&GenSpec::local(64, 8, 128, vec![(64, 200), (9, 40)], 3));
+    let wg_local = fallback_smem(&local, 3, WGMMA_ARCH);
     assert_eq!(wg_local, QUERY_SMEM_BYTES_WG_WINDOW + SMEM_ALIGN);
     assert!(wg_local > wg && on_sm(3, wg_local) <= H200.smem_per_sm);
+    // Only the windowed entries (score_mod and fallback) take it: sheared_bias's launch on the
+    // same layer keeps the smaller size, as shared memory not taken is the SM's L1 cache.
+    let score_mod = plan_launches(PathId::ScoreMod, &local, Splits::Policy).unwrap();
     assert_eq!(
-        launch_smem_bytes(&local, 3, "sm_90"),
+        launch_smem_bytes(&score_mod, &local, 3, WGMMA_ARCH),
+        wg_local
+    );
+    let sheared = plan_launches(PathId::ShearedBias, &local, Splits::Policy).unwrap();
+    assert!(!sheared.has_stage(Stage::Windowed));
+    assert_eq!(launch_smem_bytes(&sheared, &local, 3, WGMMA_ARCH), wg);
+    assert_eq!(
+        fallback_smem(&local, 3, "sm_90"),
         QUERY_SMEM_BYTES + SMEM_ALIGN
     );
     assert_eq!(
-        launch_smem_bytes(&prefill, 3, "sm_90"),
+        fallback_smem(&prefill, 3, "sm_90"),
         QUERY_SMEM_BYTES + SMEM_ALIGN
     );
     // A q_len-1 request anywhere in the batch brings the ring.
@@ -569,12 +583,12 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     assert!(has_single_query_ctas(&mixed));
     for arch in ["sm_80", WGMMA_ARCH] {
         assert_eq!(
-            launch_smem_bytes(&mixed, DEC_MIN_STAGES, arch),
+            fallback_smem(&mixed, DEC_MIN_STAGES, arch),
             attention_smem_bytes(DEC_MIN_STAGES)
         );
     }
     // Its query blocks get what the prefill's would.
-    assert!(launch_smem_bytes(&mixed, DEC_MIN_STAGES, WGMMA_ARCH) >= wg);
+    assert!(fallback_smem(&mixed, DEC_MIN_STAGES, WGMMA_ARCH) >= wg);
     // fp32 runs the FMA loop, and G > 16 query blocks, even for q_len 1.
     let mut fp32 = GenSpec::global(8, 2, vec![(1, 40)], 3);
     fp32.dtype = DType::F32;

@@ -281,15 +281,15 @@ pub fn attention_smem_bytes(stages: usize) -> usize {
     ATTN_SMEM_BYTES.max(DEC_Q_BYTES + stages * DEC_RING_STAGE_BYTES) + SMEM_ALIGN
 }
 
-/// Dynamic shared memory of a problem's attention launch for kernels built for `arch`: with
-/// single-query CTAs their ring (`attention_smem_bytes`), else only the query block's tiles (and
-/// on `WGMMA_ARCH` its staged rel_logits rows, and on windowed layers a second V tile), so GPUs
-/// with 100 KiB per SM still hold two query-block CTAs. Global layers keep the smaller size on
-/// `WGMMA_ARCH`: shared memory an SM does not give to CTAs is its L1 cache.
-pub fn launch_smem_bytes(g: &Geometry, stages: usize, arch: &str) -> usize {
+/// Dynamic shared memory of a problem's attention launch (`plan`) for kernels built for `arch`:
+/// with single-query CTAs their ring (`attention_smem_bytes`), else only the query block's tiles
+/// (and on `WGMMA_ARCH` its staged rel_logits rows, and in the windowed entries a second V
+/// tile), so GPUs with 100 KiB per SM still hold two query-block CTAs. Other launches keep the
+/// smaller size on `WGMMA_ARCH`: shared memory an SM does not give to CTAs is its L1 cache.
+pub fn launch_smem_bytes(plan: &LaunchPlan, g: &Geometry, stages: usize, arch: &str) -> usize {
     if has_single_query_ctas(g) {
         attention_smem_bytes(stages)
-    } else if arch == WGMMA_ARCH && g.is_local() {
+    } else if arch == WGMMA_ARCH && plan.has_stage(Stage::Windowed) {
         QUERY_SMEM_BYTES_WG_WINDOW + SMEM_ALIGN
     } else if arch == WGMMA_ARCH {
         QUERY_SMEM_BYTES_WG + SMEM_ALIGN

@@ -145,7 +145,7 @@ pub fn run_path(
         None => 1,
     };
     let stages = ring_stages(&plan, g, &gpu.sm_limits(resident));
-    let smem = launch_smem_bytes(g, stages, loaded.arch()) as u32;
+    let smem = launch_smem_bytes(&plan, g, stages, loaded.arch()) as u32;
     let workspaces = Workspaces {
         ws_o: &ws_o,
         ws_lse: &ws_lse,
