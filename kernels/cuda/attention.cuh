@@ -350,16 +350,7 @@ template <class T, int VT = 1> struct WgProducts {
         wg_wait0();
         wg_hold(s);
     }
-    __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&pa)[4][4]) const {
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) Wg<T>::pv(o, pa[kk], wg_desc(sv + kk * 2048, HALF, 1024));
-        wg_commit();
-        wg_wait0();
-        wg_hold(o);
-    }
-    // The windowed blocks' products: P V issued and not waited for (o and pa must not be touched
-    // until the next wait), and a wait for Q K^T that also covers the P V issued before it.
+    // O += P V with V tile b, issued: o and pa must not be touched until the next wait.
     __device__ __forceinline__ void pv_issue(float (&o)[16][4], const unsigned (&pa)[4][4], int b) const {
         wg_fence();
         const unsigned v = sv + (unsigned)b * TILE_BYTES;
@@ -367,13 +358,18 @@ template <class T, int VT = 1> struct WgProducts {
         for (int kk = 0; kk < 4; ++kk) Wg<T>::pv(o, pa[kk], wg_desc(v + kk * 2048, HALF, 1024));
         wg_commit();
     }
-    __device__ __forceinline__ void qk_pv_wait(float (&s)[8][4], float (&o)[16][4]) const {
-        wg_wait0();
-        wg_hold(s);
-        wg_hold(o);
-    }
     __device__ __forceinline__ void pv_wait(float (&o)[16][4]) const {
         wg_wait0();
+        wg_hold(o);
+    }
+    // O += P V with the first V tile, complete on return (`query_block`).
+    __device__ __forceinline__ void pv(float (&o)[16][4], const unsigned (&pa)[4][4]) const {
+        pv_issue(o, pa, 0);
+        pv_wait(o);
+    }
+    // The windowed blocks leave P V running: one wait covers it and the Q K^T issued after it.
+    __device__ __forceinline__ void qk_pv_wait(float (&s)[8][4], float (&o)[16][4]) const {
+        qk_wait(s);
         wg_hold(o);
     }
 };
@@ -391,19 +387,27 @@ template <class T, int VT = 1> struct WgProducts {
 template <bool ON> struct KvTma {
     bool on;
 
+    // Whether the launch's tiles may come by TMA (uniform): the launcher encoded the maps, the
+    // view is 16-byte aligned and pages are powers of two of at least KV_TMA_MIN_PAGE keys.
+    static __device__ __forceinline__ bool usable(const Params& p, bool aligned) {
+        const i64 ps = p.page_size;
+        return p.tma != 0 && aligned && ps >= KV_TMA_MIN_PAGE && (ps & (ps - 1)) == 0;
+    }
+    // Every thread calls this when `usable`: thread 0 initialises the n mbarriers from `bar` on.
+    static __device__ __forceinline__ void init_barriers(unsigned bar, int n) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+        if (threadIdx.x == 0) {
+            for (int k = 0; k < n; ++k) mbar_init(bar + 8 * k);
+            mbar_init_fence();
+        }
+        __syncthreads();
+#endif
+    }
     __device__ __forceinline__ KvTma(const Params& p, bool aligned, unsigned bar) : on(false) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
         if constexpr (ON) {
-            const i64 ps = p.page_size;
-            on = p.tma != 0 && aligned && ps >= KV_TMA_MIN_PAGE && (ps & (ps - 1)) == 0;
-            if (on) {
-                if (threadIdx.x == 0) {
-                    mbar_init(bar);
-                    mbar_init(bar + 8);
-                    mbar_init_fence();
-                }
-                __syncthreads();
-            }
+            on = usable(p, aligned);
+            if (on) init_barriers(bar, 2);
         }
 #endif
     }
@@ -438,11 +442,12 @@ template <bool ON> struct KvTma {
         __syncwarp();
 #endif
     }
-    __device__ __forceinline__ void issue_k(const Params& p, const Cta& c, i64 kt, unsigned at, unsigned bar) const {
+    // Tile kt of K or V into `at`, counted on the mbarrier `bar`.
+    static __device__ __forceinline__ void issue_k(const Params& p, const Cta& c, i64 kt, unsigned at, unsigned bar) {
         issue(p, c, p.tmap_k, at, bar, p.k_off, p.k_block, p.k_slot, p.k_head, kt);
     }
-    __device__ __forceinline__ void issue_v(const Params& p, const Cta& c, i64 kt, unsigned at, unsigned bar) const {
-        issue(p, c, p.tmap_v, at, bar + 8, p.v_off, p.v_block, p.v_slot, p.v_head, kt);
+    static __device__ __forceinline__ void issue_v(const Params& p, const Cta& c, i64 kt, unsigned at, unsigned bar) {
+        issue(p, c, p.tmap_v, at, bar, p.v_off, p.v_block, p.v_slot, p.v_head, kt);
     }
     static __device__ __forceinline__ void wait(unsigned bar, unsigned parity) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -479,7 +484,7 @@ __device__ void query_block(const Params& p, const Cta& c, unsigned char* smem) 
         // K(it) and V(it) came (or come) by TMA; so does K(it + 1).
         const bool by_tma = tma.takes(c, kt), next_by_tma = it + 1 < nt && tma.takes(c, kt + KEY_TILE);
         __syncthreads();  // every warp is done with V(it - 1)
-        if (by_tma) tma.issue_v(p, c, kt, mm.sv, bar);
+        if (by_tma) tma.issue_v(p, c, kt, mm.sv, bar + 8);
         else load_tiles<KEY_TILE, false, true, Products::WG>(p, c, kt, 0u, mm.sv, aligned);
         cp_async_commit();
         cp_async_wait<1>();  // K(it) (and Q) have landed, or the stage's rows when K came by TMA
@@ -534,20 +539,9 @@ struct RangeKvTma {
     bool on;
     i64 first, last;  // tiles [first, last] of 64-aligned keys may come by TMA
 
-    __device__ __forceinline__ RangeKvTma(const Params& p, const Cta& c, bool aligned, unsigned bar) : on(false) {
-        const i64 ps = p.page_size;
-        on = p.tma != 0 && aligned && ps >= KV_TMA_MIN_PAGE && (ps & (ps - 1)) == 0;
-        first = first_visible(p, c.r.prefix());
-        last = c.r.kv_len - KEY_TILE;
-        if (on) {
-            if (threadIdx.x == 0) {
-                mbar_init(bar);
-                mbar_init(bar + 8);
-                mbar_init(bar + 16);
-                mbar_init_fence();
-            }
-            __syncthreads();
-        }
+    __device__ __forceinline__ RangeKvTma(const Params& p, const Cta& c, bool aligned, unsigned bar)
+        : on(KvTma<true>::usable(p, aligned)), first(first_visible(p, c.r.prefix())), last(c.r.kv_len - KEY_TILE) {
+        if (on) KvTma<true>::init_barriers(bar, 3);
     }
     // Uniform: tile kt (64-aligned) comes by TMA.
     __device__ __forceinline__ bool takes(i64 kt) const { return on && kt >= first && kt <= last; }
@@ -587,8 +581,8 @@ __device__ void window_block(const Params& p, const Cta& c, unsigned char* smem)
         const int b = (it - skip0) & 1;
         const unsigned v = mm.sv + (unsigned)b * WgProducts<T, 2>::TILE_BYTES;
         if (tma.takes(kt)) {
-            KvTma<true>::issue(p, c, p.tmap_k, mm.sk, bar, p.k_off, p.k_block, p.k_slot, p.k_head, kt);
-            KvTma<true>::issue(p, c, p.tmap_v, v, bar + 8 + 8 * b, p.v_off, p.v_block, p.v_slot, p.v_head, kt);
+            KvTma<true>::issue_k(p, c, kt, mm.sk, bar);
+            KvTma<true>::issue_v(p, c, kt, v, bar + 8 + 8 * b);
         } else {
             load_tiles<KEY_TILE, true, true, true>(p, c, kt, mm.sk, v, aligned);
         }

@@ -113,7 +113,7 @@ pub struct Params {
     /// Stages of the single-query CTAs' K/V ring (`ring_stages`; sized into the launch's shared memory).
     pub ring_stages: i32,
     /// 1 when `tmap_k` and `tmap_v` describe the cache's K and V (the sm_90a query blocks then copy
-    /// the tiles inside a CTA's keys through them), else 0 and both maps zero.
+    /// whole key tiles through them), else 0 and both maps zero.
     pub tma: i64,
     pub tmap_k: TensorMap,
     pub tmap_v: TensorMap,
