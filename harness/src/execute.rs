@@ -3,10 +3,10 @@
 
 use crate::judge::{judge, Bounds};
 use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
+use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
 use ndarray::Array3;
-use relattn_kernels::routing::PathId;
-use relattn_matrices::{Case, SplitSetting};
+use relattn_matrices::Case;
 use relattn_reference::{emulate, fast, gen, Problem, RefOutput};
 use relattn_reports::{Row, Status};
 use std::collections::HashMap;
@@ -117,63 +117,46 @@ impl CaseStore {
     }
 }
 
-/// A finished GPU launch of one path.
-#[derive(Debug, Clone)]
-pub struct GpuRunResult {
-    /// `[T, H, D]` as read back.
-    pub out: Array3<f32>,
-    /// Padding rows bit-identical to what they held before the launch.
-    pub padding_intact: bool,
-    /// Decode counters the launch left non-zero (each must be reset for the next launch).
-    pub counters_left: usize,
-    /// CUDA-event time of the path's launches.
-    pub ms: f64,
-    pub num_splits: usize,
+/// The implementations trials run on: the native paths (with the device slot of this thread)
+/// and the session's workers, by index.
+#[derive(Clone, Copy, Default)]
+pub struct Runners<'a> {
+    pub native: Option<(&'a dyn Runner, usize)>,
+    pub workers: &'a [Arc<dyn Runner>],
 }
 
-/// Why a GPU trial produced no output.
-#[derive(Debug, Clone)]
-pub enum GpuTrialError {
-    /// The path cannot take this case (reported as skip).
-    Unsupported(String),
-    /// A kernel trapped (bounds check) or faulted: a defect found (reported as fail).
-    Fault(String),
-    /// Compile, allocation or driver error (reported as error).
-    Other(String),
-}
+impl<'a> Runners<'a> {
+    /// Only the native paths (or nothing).
+    pub fn native(native: Option<(&'a dyn Runner, usize)>) -> Runners<'a> {
+        Runners {
+            native,
+            workers: &[],
+        }
+    }
 
-/// What the harness needs from the GPU side (the real one wraps `relattn_kernels::gpu`).
-pub trait GpuExecutor: Send + Sync {
-    /// Run `path` on `problem` on worker `slot` (one per device).
-    fn run(
-        &self,
-        slot: usize,
-        case_id: &str,
-        problem: &Problem,
-        path: PathId,
-        split: SplitSetting,
-        bounds_check: bool,
-    ) -> Result<GpuRunResult, GpuTrialError>;
-
-    /// Add software versions and compile checks to a report's environment.
-    fn describe(&self, _env: &mut relattn_reports::Environment) {}
+    fn for_target(&self, target: &Target) -> Option<(&'a dyn Runner, usize)> {
+        match target {
+            Target::Native { .. } => self.native,
+            Target::Worker { worker, .. } => self.workers.get(*worker).map(|w| (&**w, 0)),
+        }
+    }
 }
 
 /// The command that reruns one case alone.
-pub fn reproduce_command(matrix: &str, case_id: &str, path: Option<&str>) -> String {
-    match path {
-        Some(p) => format!("relattn run --matrix {matrix} --case {case_id} --paths {p}"),
+pub fn reproduce_command(matrix: &str, case_id: &str, target: Option<&Target>) -> String {
+    match target {
+        Some(Target::Native { path, .. }) => {
+            format!("relattn run --matrix {matrix} --case {case_id} --paths {path}")
+        }
+        Some(Target::Worker { label, .. }) => {
+            format!("relattn run --matrix {matrix} --case {case_id} --paths none {label}")
+        }
         None => format!("relattn run --matrix {matrix} --case {case_id}"),
     }
 }
 
 /// Run one trial (not ignored) to a report row.
-pub fn run_trial(
-    trial: &Trial,
-    store: &CaseStore,
-    gpu: Option<(&dyn GpuExecutor, usize)>,
-    matrix: &str,
-) -> Row {
+pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix: &str) -> Row {
     let case_id = trial.case().map_or(String::new(), |c| c.id.clone());
     let mut row = Row::new(case_id, trial.name.clone(), trial.path(), Status::Pass);
     if let Some(case) = trial.case() {
@@ -208,21 +191,23 @@ pub fn run_trial(
         }
         TrialKind::Gpu {
             case,
-            path,
+            target,
             split,
-            bounds_check,
         } => {
-            match (store.get(case), gpu) {
-                (Ok(data), Some((exec, slot))) => gpu_trial(
-                    &mut row,
-                    case,
-                    &data,
-                    exec,
-                    slot,
-                    *path,
-                    *split,
-                    *bounds_check,
-                ),
+            match (store.get(case), runners.for_target(target)) {
+                (Ok(data), Some((runner, slot))) => {
+                    let req = RunRequest {
+                        trial: &trial.name,
+                        case_id: &case.id,
+                        problem: &data.problem,
+                        case_file: None,
+                        target,
+                        split: *split,
+                        timing: None,
+                    };
+                    let result = runner.run(slot, &req);
+                    record_run(&mut row, case, &data, target, result);
+                }
                 (Err(e), _) => error(&mut row, e),
                 (_, None) => {
                     row.status = Status::Skip;
@@ -236,9 +221,12 @@ pub fn run_trial(
         row.ms = Some(started.elapsed().as_secs_f64() * 1e3);
     }
     if row.status.is_bad() {
-        let path = matches!(trial.kind, TrialKind::Gpu { .. }).then(|| row.path.clone());
+        let target = match &trial.kind {
+            TrialKind::Gpu { target, .. } => Some(target),
+            _ => None,
+        };
         let cmd = match trial.case() {
-            Some(c) => reproduce_command(matrix, &c.id, path.as_deref()),
+            Some(c) => reproduce_command(matrix, &c.id, target),
             None => format!("cargo test --test trials -- --exact {}", trial.name),
         };
         row.message = format!("{}; reproduce: {cmd}", row.message);
@@ -261,66 +249,64 @@ fn error(row: &mut Row, message: String) {
     row.message = message;
 }
 
-#[allow(clippy::too_many_arguments)]
-fn gpu_trial(
+/// A run's result into the row: judged by SPEC section 6 when there is an output.
+fn record_run(
     row: &mut Row,
     case: &Case,
     data: &CaseData,
-    exec: &dyn GpuExecutor,
-    slot: usize,
-    path: PathId,
-    split: SplitSetting,
-    bounds_check: bool,
+    target: &Target,
+    result: Result<RunOutput, RunError>,
 ) {
-    let ref64 = data.ref64();
-    let ref_lp = data.ref_lp();
-    match exec.run(slot, &case.id, &data.problem, path, split, bounds_check) {
-        Ok(run) => {
-            let t = &case.tolerance;
-            let bounds = Bounds {
-                rtol: t.rtol,
-                atol: t.atol,
-                atol2: t.atol2,
-                rtol2: t.rtol2,
-            };
-            let v = judge(
-                &data.problem,
-                &run.out,
-                ref64,
-                ref_lp,
-                &bounds,
-                run.padding_intact,
-                run.counters_left,
-            );
-            row.status = if v.pass { Status::Pass } else { Status::Fail };
-            row.max_abs = Some(v.max_abs);
-            row.mean_abs = Some(v.mean_abs);
-            row.rel_l2 = Some(v.rel_l2);
-            row.bound = Some(v.bound);
-            row.first_bad = v.first_bad;
-            row.message = v.reason;
-            row.ms = Some(run.ms);
-            if run.ms > 0.0 {
-                let secs = run.ms * 1e-3;
-                row.tflops = Some(data.problem.flops() / secs / 1e12);
-                row.gbps = Some(kv_bytes(&data.problem) / secs / 1e9);
-            }
-            row.params
-                .insert("num_splits_run".into(), run.num_splits.to_string());
-            row.params
-                .insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
-            row.params
-                .insert("bounds_check".into(), bounds_check.to_string());
-        }
-        Err(GpuTrialError::Unsupported(why)) => {
+    let run = match result {
+        Ok(run) => run,
+        Err(RunError::Unsupported(why)) | Err(RunError::NoGpu(why)) => {
             row.status = Status::Skip;
             row.message = why;
+            return;
         }
-        Err(GpuTrialError::Fault(why)) => {
+        Err(RunError::Fault(why)) => {
             row.status = Status::Fail;
             row.message = why;
+            return;
         }
-        Err(GpuTrialError::Other(why)) => error(row, why),
+        Err(RunError::Other(why)) => return error(row, why),
+    };
+    let t = &case.tolerance;
+    let bounds = Bounds {
+        rtol: t.rtol,
+        atol: t.atol,
+        atol2: t.atol2,
+        rtol2: t.rtol2,
+    };
+    let v = judge(
+        &data.problem,
+        &run.out,
+        data.ref64(),
+        data.ref_lp(),
+        &bounds,
+        run.padding_intact,
+        run.counters_left,
+    );
+    row.status = if v.pass { Status::Pass } else { Status::Fail };
+    row.max_abs = Some(v.max_abs);
+    row.mean_abs = Some(v.mean_abs);
+    row.rel_l2 = Some(v.rel_l2);
+    row.bound = Some(v.bound);
+    row.first_bad = v.first_bad;
+    row.message = v.reason;
+    row.ms = run.ms;
+    if let Some(ms) = run.ms.filter(|&ms| ms > 0.0) {
+        let secs = ms * 1e-3;
+        row.tflops = Some(data.problem.flops() / secs / 1e12);
+        row.gbps = Some(kv_bytes(&data.problem) / secs / 1e9);
+    }
+    row.params
+        .insert("num_splits_run".into(), run.num_splits.to_string());
+    row.params
+        .insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
+    if let Target::Native { bounds_check, .. } = target {
+        row.params
+            .insert("bounds_check".into(), bounds_check.to_string());
     }
 }
 

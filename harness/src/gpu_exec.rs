@@ -2,8 +2,8 @@
 //! build variant the run needs) before any device is opened; then one worker per device keeps
 //! the current case uploaded, so all trials of a case share one upload.
 
-use crate::execute::{GpuExecutor, GpuRunResult, GpuTrialError};
 use crate::plan::BoundsCheck;
+use crate::runner::{forced_splits, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
@@ -11,8 +11,6 @@ use relattn_kernels::gpu::{
     DeviceProblem, Gpu, GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
-use relattn_matrices::SplitSetting;
-use relattn_reference::Problem;
 use relattn_reports::{CompileCheck, Environment};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -36,7 +34,7 @@ impl ExecutorFactory for RealFactory {
         devices: &[DeviceInfo],
         bounds: BoundsCheck,
         paths: &[PathId],
-    ) -> Result<Box<dyn GpuExecutor>, String> {
+    ) -> Result<Box<dyn Runner>, String> {
         let Some(first) = devices.first() else {
             return Err("no device".into());
         };
@@ -121,49 +119,42 @@ struct RealExecutor {
     nvrtc: Option<String>,
 }
 
-impl GpuExecutor for RealExecutor {
-    fn run(
-        &self,
-        slot: usize,
-        case_id: &str,
-        problem: &Problem,
-        path: PathId,
-        split: SplitSetting,
-        bounds_check: bool,
-    ) -> Result<GpuRunResult, GpuTrialError> {
+impl Runner for RealExecutor {
+    fn run(&self, slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
+        let &Target::Native { path, bounds_check } = req.target else {
+            return Err(RunError::Other(
+                "the native runner was handed a worker target".into(),
+            ));
+        };
         let worker = self
             .workers
             .get(slot)
-            .ok_or_else(|| GpuTrialError::Other(format!("no GPU worker {slot}")))?;
+            .ok_or_else(|| RunError::Other(format!("no GPU worker {slot}")))?;
         let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
-        let result = run_on(
-            &mut w,
-            &self.compiled,
-            case_id,
-            problem,
-            path,
-            split,
-            bounds_check,
-        );
-        match result {
-            Ok(run) => Ok(GpuRunResult {
+        let splits = match forced_splits(req.split) {
+            None => Splits::Policy,
+            Some(n) => Splits::Forced(n),
+        };
+        match run_on(&mut w, &self.compiled, req, path, splits, bounds_check) {
+            Ok(run) => Ok(RunOutput {
                 out: run.out,
                 padding_intact: run.padding_intact,
                 counters_left: run.counters_left,
-                ms: run.ms as f64,
+                ms: Some(run.ms as f64),
+                ms_all: Vec::new(),
                 num_splits: run.num_splits,
+                kernels: run.kernels,
             }),
-            Err(GpuError::Unsupported { reason, .. }) => Err(GpuTrialError::Unsupported(reason)),
             Err(e @ GpuError::Trap { .. }) => {
                 let message = e.to_string();
-                match w.recover(case_id) {
-                    Ok(()) => Err(GpuTrialError::Fault(message)),
-                    Err(again) => Err(GpuTrialError::Fault(format!(
+                match w.recover(req.case_id) {
+                    Ok(()) => Err(RunError::Fault(message)),
+                    Err(again) => Err(RunError::Fault(format!(
                         "{message}; reopening failed: {again}"
                     ))),
                 }
             }
-            Err(e) => Err(GpuTrialError::Other(e.to_string())),
+            Err(e) => Err(classify(e)),
         }
     }
 
@@ -183,13 +174,27 @@ impl GpuExecutor for RealExecutor {
     }
 }
 
+/// The one classification of native GPU errors: a case the path cannot take is a skip, a kernel
+/// that traps is a failure, a missing or lost device is "no GPU", anything else (compile,
+/// allocation, driver) an error.
+pub fn classify(e: GpuError) -> RunError {
+    let message = e.to_string();
+    match e {
+        GpuError::Unsupported { reason, .. } => RunError::Unsupported(reason),
+        GpuError::Trap { .. } => RunError::Fault(message),
+        GpuError::NoDriver(_) | GpuError::NoDevice { .. } | GpuError::ContextLost { .. } => {
+            RunError::NoGpu(message)
+        }
+        _ => RunError::Other(message),
+    }
+}
+
 fn run_on(
     w: &mut Worker,
     compiled: &HashMap<bool, Compiled>,
-    case_id: &str,
-    problem: &Problem,
+    req: &RunRequest<'_>,
     path: PathId,
-    split: SplitSetting,
+    splits: Splits,
     bounds_check: bool,
 ) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
     let gpu = w.gpu.as_ref().ok_or_else(|| {
@@ -198,9 +203,9 @@ fn run_on(
             "the CUDA context of this GPU is unusable ({why}); rerun this case alone"
         ))
     })?;
-    if w.current.as_ref().is_none_or(|(id, _)| id != case_id) {
+    if w.current.as_ref().is_none_or(|(id, _)| id != req.case_id) {
         w.current = None; // free the previous case first
-        w.current = Some((case_id.to_string(), gpu.upload(problem)?));
+        w.current = Some((req.case_id.to_string(), gpu.upload(req.problem)?));
     }
     let loaded = match w.loaded.entry(bounds_check) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
@@ -212,9 +217,5 @@ fn run_on(
         }
     };
     let (_, dp) = w.current.as_ref().expect("uploaded above");
-    let splits = match split {
-        SplitSetting::Policy => Splits::Policy,
-        SplitSetting::Forced(n) => Splits::Forced(n),
-    };
     gpu.run(loaded, dp, path, splits)
 }

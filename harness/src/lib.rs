@@ -8,5 +8,7 @@ pub mod gpu_exec;
 pub mod gpu_status;
 pub mod judge;
 pub mod plan;
+pub mod runner;
 pub mod selfcheck;
 pub mod session;
+pub mod worker;

@@ -3,7 +3,9 @@
 //! it is ignored, decided when the list is built.
 
 use crate::gpu_status::GpuStatus;
+use crate::runner::Target;
 use crate::selfcheck::Check;
+use crate::worker::protocol::Hello;
 use relattn_kernels::routing::{table, ArchRow, Capability, PathId};
 use relattn_matrices::{Case, SplitSetting};
 use std::str::FromStr;
@@ -28,6 +30,7 @@ impl FromStr for PathSelection {
         match s {
             "routed" => Ok(PathSelection::Routed),
             "all" => Ok(PathSelection::All),
+            "none" => Ok(PathSelection::List(Vec::new())),
             list => list
                 .split(',')
                 .map(|p| p.trim().parse::<PathId>().map_err(|e| e.to_string()))
@@ -94,12 +97,11 @@ pub enum TrialKind {
     RoutingUnknown,
     /// One reference self-check of one case.
     Reference { case: Arc<Case>, check: Check },
-    /// One GPU path on one case.
+    /// One implementation (a native GPU path or a worker's path) on one case.
     Gpu {
         case: Arc<Case>,
-        path: PathId,
+        target: Target,
         split: SplitSetting,
-        bounds_check: bool,
     },
 }
 
@@ -124,7 +126,7 @@ impl Trial {
         match &self.kind {
             TrialKind::Routing(_) | TrialKind::RoutingUnknown => "routing".into(),
             TrialKind::Reference { .. } => "reference".into(),
-            TrialKind::Gpu { path, .. } => path.as_str().into(),
+            TrialKind::Gpu { target, .. } => target.label(),
         }
     }
 }
@@ -208,9 +210,11 @@ pub fn gpu_trials(
                     name,
                     kind: TrialKind::Gpu {
                         case: case.clone(),
-                        path,
+                        target: Target::Native {
+                            path,
+                            bounds_check: checked,
+                        },
                         split: plan.split,
-                        bounds_check: checked,
                     },
                     ignore,
                 });
@@ -220,10 +224,53 @@ pub fn gpu_trials(
     out
 }
 
-/// Check one routing row against the policies over a grid of shapes.
-pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
-    use relattn_kernels::routing::{decide, Outcome, Shape};
-    let mut checked = 0;
+/// Trials of the workers' paths: one per (case, worker path) with the implementation's own
+/// split policy, plus one per forced split setting of the case on the worker's `split_paths`.
+/// Named `impl::<worker>::<path>::<case name>::<split>::<id>`. Exclusion rules do not apply:
+/// a worker says itself what it cannot take (`unsupported`, a skip with its reason).
+pub fn worker_trials(cases: &[Arc<Case>], workers: &[(usize, &Hello, &str)]) -> Vec<Trial> {
+    let mut out = Vec::new();
+    for case in cases {
+        for &(index, hello, label) in workers {
+            for path in &hello.paths {
+                let splits: Vec<SplitSetting> = if hello.split_paths.contains(path) {
+                    case.splits
+                        .iter()
+                        .copied()
+                        .filter(|s| *s != SplitSetting::Policy)
+                        .collect()
+                } else {
+                    vec![SplitSetting::Policy]
+                };
+                for split in splits {
+                    out.push(Trial {
+                        name: format!(
+                            "impl::{}::{path}::{}::{split}::{}",
+                            hello.name, case.name, case.id
+                        ),
+                        kind: TrialKind::Gpu {
+                            case: case.clone(),
+                            target: Target::Worker {
+                                worker: index,
+                                name: hello.name.clone(),
+                                path: path.clone(),
+                                label: label.to_string(),
+                            },
+                            split,
+                        },
+                        ignore: None,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every shape the routing checks cover: 2,160 of them (batch x query length x head pair x KV
+/// length x layer kind x page size), the same for the model's own rows and for `route --check`.
+pub fn routing_shapes() -> Vec<relattn_kernels::routing::Shape> {
+    let mut out = Vec::with_capacity(2160);
     let heads = [(64, 8), (32, 4), (16, 2), (8, 1), (64, 16), (8, 2)];
     for batch in [1usize, 8, 32] {
         for max_query_len in [1usize, 9, 128, 2048] {
@@ -231,7 +278,7 @@ pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
                 for max_kv_len in [512usize, 8192, 65536, 131072, 1_048_576] {
                     for (is_local, window_left) in [(false, -1i64), (true, 511)] {
                         for page_size in [16usize, 64, 128] {
-                            let shape = Shape {
+                            out.push(relattn_kernels::routing::Shape {
                                 batch,
                                 max_query_len,
                                 num_heads,
@@ -240,50 +287,49 @@ pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
                                 page_size,
                                 window_left,
                                 is_local,
-                            };
-                            let d = decide(row.cc, &shape);
-                            checked += 1;
-                            let ctx = || format!("SM {} {shape:?}: {d:?}", row.cc);
-                            match row.outcome {
-                                Outcome::Reject(_) => {
-                                    if !d.rejected || d.path.is_some() || d.num_splits.is_some() {
-                                        return Err(format!("rejected row routed: {}", ctx()));
-                                    }
-                                }
-                                Outcome::Route(path) => {
-                                    let splits = d.num_splits.unwrap_or(0);
-                                    if d.rejected || d.path != Some(path) || splits < 1 {
-                                        return Err(format!("wrong route: {}", ctx()));
-                                    }
-                                    if !row.paged_kv_forward {
-                                        return Err(format!(
-                                            "route without a paged forward: {}",
-                                            ctx()
-                                        ));
-                                    }
-                                    if (!row.split_kv || is_local) && splits != 1 {
-                                        return Err(format!(
-                                            "num_splits > 1 without split-KV: {}",
-                                            ctx()
-                                        ));
-                                    }
-                                    if d.split_kv_decode && !row.split_kv_decode {
-                                        return Err(format!(
-                                            "split-KV decode on a row without it: {}",
-                                            ctx()
-                                        ));
-                                    }
-                                }
-                            }
-                            if d.max_seqlen_q_bucket < max_query_len
-                                || !d.max_seqlen_q_bucket.is_power_of_two()
-                            {
-                                return Err(format!("bad bucket: {}", ctx()));
-                            }
+                            });
                         }
                     }
                 }
             }
+        }
+    }
+    out
+}
+
+/// Check one routing row against the policies over a grid of shapes.
+pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
+    use relattn_kernels::routing::{decide, Outcome};
+    let mut checked = 0;
+    for shape in routing_shapes() {
+        let (is_local, max_query_len) = (shape.is_local, shape.max_query_len);
+        let d = decide(row.cc, &shape);
+        checked += 1;
+        let ctx = || format!("SM {} {shape:?}: {d:?}", row.cc);
+        match row.outcome {
+            Outcome::Reject(_) => {
+                if !d.rejected || d.path.is_some() || d.num_splits.is_some() {
+                    return Err(format!("rejected row routed: {}", ctx()));
+                }
+            }
+            Outcome::Route(path) => {
+                let splits = d.num_splits.unwrap_or(0);
+                if d.rejected || d.path != Some(path) || splits < 1 {
+                    return Err(format!("wrong route: {}", ctx()));
+                }
+                if !row.paged_kv_forward {
+                    return Err(format!("route without a paged forward: {}", ctx()));
+                }
+                if (!row.split_kv || is_local) && splits != 1 {
+                    return Err(format!("num_splits > 1 without split-KV: {}", ctx()));
+                }
+                if d.split_kv_decode && !row.split_kv_decode {
+                    return Err(format!("split-KV decode on a row without it: {}", ctx()));
+                }
+            }
+        }
+        if d.max_seqlen_q_bucket < max_query_len || !d.max_seqlen_q_bucket.is_power_of_two() {
+            return Err(format!("bad bucket: {}", ctx()));
         }
     }
     Ok(checked)

@@ -2,11 +2,13 @@
 //! the `cargo test` harness. The GPU decision comes first and the executor (the only thing that
 //! compiles kernels or touches device memory) is created last, only for a usable device.
 
-use crate::execute::GpuExecutor;
+use crate::execute::Runners;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use crate::plan::{
-    gpu_trials, reference_trials, routing_trials, BoundsCheck, PathSelection, Trial,
+    gpu_trials, reference_trials, routing_trials, worker_trials, BoundsCheck, PathSelection, Trial,
 };
+use crate::runner::Runner;
+use crate::worker::{self, WorkerRunner, WorkerSpec};
 use anyhow::Context;
 use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};
 use relattn_kernels::routing::PathId;
@@ -26,12 +28,33 @@ pub struct SessionOptions {
     pub devices: DeviceSelection,
     /// Keep only cases whose id starts with this.
     pub case: Option<String>,
+    /// Workers whose paths become trials too (`--impl`, `--worker`).
+    pub workers: Vec<WorkerSpec>,
+    pub worker_timeout: std::time::Duration,
 }
 
 impl SessionOptions {
-    /// `cargo test`: self-checks on smoke; GPU tier from `RELATTN_MATRIX`.
-    pub fn for_cargo_test() -> SessionOptions {
-        SessionOptions {
+    /// `cargo test`: self-checks on smoke; GPU tier from `RELATTN_MATRIX`; workers from
+    /// `RELATTN_IMPL` (names, comma-separated) and `RELATTN_WORKER` (one command line).
+    pub fn for_cargo_test() -> anyhow::Result<SessionOptions> {
+        let var = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|s: &String| !s.trim().is_empty())
+        };
+        let impls: Vec<String> = var("RELATTN_IMPL").into_iter().collect();
+        let commands: Vec<String> = var("RELATTN_WORKER").into_iter().collect();
+        let workers = worker::specs(&impls, &commands).map_err(crate::exit::usage)?;
+        let worker_timeout = match var("RELATTN_WORKER_TIMEOUT_S") {
+            None => worker::timeout(worker::DEFAULT_TIMEOUT_S),
+            Some(s) => s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("RELATTN_WORKER_TIMEOUT_S={s}: not a number"))
+                .and_then(worker::timeout),
+        }
+        .map_err(crate::exit::usage)?;
+        Ok(SessionOptions {
             gpu_matrix: std::env::var("RELATTN_MATRIX")
                 .ok()
                 .filter(|s| !s.is_empty()),
@@ -41,7 +64,9 @@ impl SessionOptions {
             shard: None,
             devices: DeviceSelection::default(),
             case: None,
-        }
+            workers,
+            worker_timeout,
+        })
     }
 }
 
@@ -52,7 +77,7 @@ pub trait ExecutorFactory {
         devices: &[DeviceInfo],
         bounds: BoundsCheck,
         paths: &[PathId],
-    ) -> Result<Box<dyn GpuExecutor>, String>;
+    ) -> Result<Box<dyn Runner>, String>;
 }
 
 pub struct Session {
@@ -61,7 +86,10 @@ pub struct Session {
     pub trials: Vec<Trial>,
     /// Cases of the GPU matrix (after shard and filter).
     pub cases: Vec<Arc<Case>>,
-    executor: Option<Box<dyn GpuExecutor>>,
+    executor: Option<Box<dyn Runner>>,
+    /// The workers, started and greeted, in `SessionOptions::workers` order.
+    pub workers: Vec<Arc<WorkerRunner>>,
+    worker_runners: Vec<Arc<dyn Runner>>,
 }
 
 impl Session {
@@ -112,26 +140,50 @@ impl Session {
                 PathSelection::All => PathId::ALL.to_vec(),
                 PathSelection::List(v) => v.clone(),
             };
-            match factory.create(devices, bounds, &paths) {
-                Ok(e) => executor = Some(e),
-                Err(e) => status = GpuStatus::Absent(format!("GPU setup failed: {e}")),
+            if !paths.is_empty() {
+                match factory.create(devices, bounds, &paths) {
+                    Ok(e) => executor = Some(e),
+                    Err(e) => status = GpuStatus::Absent(format!("GPU setup failed: {e}")),
+                }
             }
         }
         trials.extend(gpu_trials(&cases, &status, &opts.paths, bounds));
+        // Workers start after the device check: a rejected device stops the run before them.
+        let workers = if matches!(status, GpuStatus::Rejected(_)) {
+            Vec::new()
+        } else {
+            worker::start_all(&opts.workers, opts.worker_timeout).map_err(crate::exit::usage)?
+        };
+        let info: Vec<_> = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i, &w.hello, w.spec.label.as_str()))
+            .collect();
+        trials.extend(worker_trials(&cases, &info));
+        let worker_runners = workers
+            .iter()
+            .map(|w| w.clone() as Arc<dyn Runner>)
+            .collect();
         Ok(Session {
             status,
             gpu_matrix,
             trials,
             cases,
             executor,
+            workers,
+            worker_runners,
         })
     }
 
-    pub fn executor(&self) -> Option<(&dyn GpuExecutor, usize)> {
-        self.executor.as_deref().map(|e| (e, 0))
+    /// The runners of this session's trials, the native one on device slot `slot`.
+    pub fn runners(&self, slot: usize) -> Runners<'_> {
+        Runners {
+            native: self.executor.as_deref().map(|e| (e, slot)),
+            workers: &self.worker_runners,
+        }
     }
 
-    pub fn executor_ref(&self) -> Option<&dyn GpuExecutor> {
+    pub fn executor_ref(&self) -> Option<&dyn Runner> {
         self.executor.as_deref()
     }
 

@@ -148,7 +148,8 @@ fn output_file_is_valid_safetensors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("o.safetensors");
     let values = [1.5f32, -2.0, f32::NAN, 0.25, 3.0, 7.0];
-    relattn_harness::cmd::exec::write_f32_safetensors(&path, "out", &[1, 2, 3], &values).unwrap();
+    let array = ndarray::Array3::from_shape_vec((1, 2, 3), values.to_vec()).unwrap();
+    relattn_reference::casefile::write_impl_output(&path, &array).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     assert_eq!(n % 8, 0, "header padded to 8 bytes");

@@ -3,8 +3,9 @@
 //! (the next launch on the same workspace would merge too early or never) or wrote padding rows.
 
 use ndarray::Array3;
-use relattn_harness::execute::{run_trial, CaseStore, GpuExecutor, GpuRunResult, GpuTrialError};
+use relattn_harness::execute::{run_trial, CaseStore, Runners};
 use relattn_harness::plan::{Trial, TrialKind};
+use relattn_harness::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_kernels::routing::PathId;
 use relattn_matrices::{load_tier, SplitSetting};
 use relattn_reference::{fast, Problem};
@@ -17,28 +18,23 @@ struct Exact {
     padding_intact: bool,
 }
 
-impl GpuExecutor for Exact {
-    fn run(
-        &self,
-        _slot: usize,
-        _case_id: &str,
-        problem: &Problem,
-        _path: PathId,
-        _split: SplitSetting,
-        _bounds_check: bool,
-    ) -> Result<GpuRunResult, GpuTrialError> {
+impl Runner for Exact {
+    fn run(&self, _slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
+        let problem: &Problem = req.problem;
         let reference = fast::attention(problem);
         let (rows, h, d) = reference.out.dim();
         let mut out = Array3::<f32>::zeros((rows.max(problem.real_rows()), h, d));
         for ((t, hh, c), x) in reference.out.indexed_iter() {
             out[[reference.row(t), hh, c]] = *x as f32;
         }
-        Ok(GpuRunResult {
+        Ok(RunOutput {
             out,
             padding_intact: self.padding_intact,
             counters_left: self.counters_left,
-            ms: 1.0,
+            ms: Some(1.0),
+            ms_all: Vec::new(),
             num_splits: 1,
+            kernels: Vec::new(),
         })
     }
 }
@@ -53,9 +49,11 @@ fn decode_trial() -> Trial {
         name: "gpu::stand_in".into(),
         kind: TrialKind::Gpu {
             case: Arc::new(case),
-            path: PathId::Fallback,
+            target: Target::Native {
+                path: PathId::Fallback,
+                bounds_check: false,
+            },
             split: SplitSetting::Policy,
-            bounds_check: false,
         },
         ignore: None,
     }
@@ -64,7 +62,7 @@ fn decode_trial() -> Trial {
 fn row_of(exec: Exact) -> Row {
     let trial = decode_trial();
     let store = CaseStore::for_trials(std::slice::from_ref(&trial));
-    run_trial(&trial, &store, Some((&exec, 0)), "smoke")
+    run_trial(&trial, &store, &Runners::native(Some((&exec, 0))), "smoke")
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let session = match Session::open(&SessionOptions::for_cargo_test()) {
+    let session = match SessionOptions::for_cargo_test().and_then(|o| Session::open(&o)) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -50,7 +50,7 @@ fn main() -> ExitCode {
                 if let Some(reason) = &t.ignore {
                     return Ok(Completion::ignored_with(reason));
                 }
-                let row = run_trial(&t, &store, session.executor(), &session.gpu_matrix);
+                let row = run_trial(&t, &store, &session.runners(0), &session.gpu_matrix);
                 match row.status {
                     Status::Pass => Ok(Completion::Completed),
                     Status::Skip => Ok(Completion::ignored_with(row.message)),

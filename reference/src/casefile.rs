@@ -15,6 +15,7 @@
 //! was expected; nothing here panics on file contents.
 
 mod case;
+mod impl_out;
 mod output;
 mod tensors;
 
@@ -27,6 +28,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use case::{read_case, write_case};
+pub use impl_out::{read_impl_output, write_impl_output};
 pub use output::{read_output, write_output};
 
 /// The format version this build writes and reads.

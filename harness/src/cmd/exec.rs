@@ -1,24 +1,34 @@
-//! `relattn exec`: run one GPU path on one case file and write `out` (F32 `[T, H, D]`, as read
-//! back, padding rows included) as safetensors, so a case captured anywhere replays on any path.
+//! `relattn exec`: run one implementation on one case file and write `out` (F32 `[T, H, D]`, as
+//! read back, padding rows included) as safetensors, so a case captured anywhere replays on any
+//! path: a native GPU path (`--path score_mod`), or a worker's path (`--impl vllm --path
+//! vllm_op`, `--worker "<command>" --path P`).
 //!
-//! Whether the path can take the case is decided before any GPU work (exit 2 with the reason,
-//! also on machines without a GPU); no usable driver exits 3; a kernel trap or fault exits 1.
+//! Whether a native path can take the case is decided before any GPU work (exit 2 with the
+//! reason, also on machines without a GPU); no usable driver exits 3; a kernel trap or fault, or
+//! a worker that fails, exits 1; a worker that cannot take the case exits 2.
 
-use crate::exit::{failed, no_gpu, usage};
+use crate::exit::{no_gpu, usage};
+use crate::gpu_exec::{classify, RealFactory};
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
-use anyhow::Context;
+use crate::plan::BoundsCheck;
+use crate::runner::{forced_splits, RunOutput, RunRequest, Runner, Target};
+use crate::session::ExecutorFactory;
+use crate::worker::{self, WorkerRunner};
 use relattn_kernels::capability::NvmlSource;
-use relattn_kernels::gpu::{self, CompilePlan, Geometry, Gpu, GpuError, Splits, Variant};
+use relattn_kernels::gpu::{self, Geometry, Gpu, Splits};
 use relattn_kernels::routing::PathId;
-use relattn_reference::casefile::read_case;
+use relattn_matrices::SplitSetting;
+use relattn_reference::casefile::{read_case, write_impl_output};
 use relattn_reference::transform::with_layout;
-use std::path::{Path, PathBuf};
+use relattn_reference::Problem;
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The path to run: sheared_bias, score_mod or fallback.
+    /// The path to run: sheared_bias, score_mod or fallback; with --impl or --worker, one of the
+    /// worker's paths (e.g. vllm_op, numpy).
     #[arg(long)]
-    pub path: PathId,
+    pub path: String,
     /// Case file (safetensors, as written by `relattn gen`).
     #[arg(long)]
     pub input: PathBuf,
@@ -28,12 +38,21 @@ pub struct Args {
     /// Force this many KV splits (default: the path's production policy).
     #[arg(long)]
     pub splits: Option<usize>,
-    /// GPU ordinal.
+    /// GPU ordinal (native paths).
     #[arg(long, default_value_t = 0)]
     pub device: usize,
     /// Build the kernels with RELATTN_BOUNDS_CHECK (every index checked; a violation traps).
     #[arg(long)]
     pub bounds_check: bool,
+    /// Run the path on a shipped worker: numpy, vllm, fa4, flex, faulty.
+    #[arg(long = "impl", value_name = "NAME", conflicts_with = "worker")]
+    pub implementation: Option<String>,
+    /// Run the path on a worker speaking worker protocol v1, e.g. "python3 my_worker.py".
+    #[arg(long, value_name = "COMMAND")]
+    pub worker: Option<String>,
+    /// Seconds the worker may take to answer before it is killed.
+    #[arg(long, default_value_t = worker::DEFAULT_TIMEOUT_S)]
+    pub worker_timeout_s: f64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -43,87 +62,127 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         with_layout(&case.problem, case.meta.cache_layout)
     };
-    let splits = match args.splits {
-        None => Splits::Policy,
-        Some(n) => Splits::Forced(n),
+    if args.splits == Some(0) {
+        return Err(usage("--splits 0: a run has at least 1 split"));
+    }
+    let split = args
+        .splits
+        .map_or(SplitSetting::Policy, SplitSetting::Forced);
+    let case_id = case.meta.case_id.clone().unwrap_or_else(|| "exec".into());
+    let (runner, target, what): (Box<dyn Runner>, Target, String) =
+        match (&args.implementation, &args.worker) {
+            (None, None) => native(&args, &problem, split)?,
+            (name, command) => {
+                let spec = match (name, command) {
+                    (Some(n), _) => worker::WorkerSpec::from_impl(n),
+                    (None, Some(c)) => worker::WorkerSpec::from_command(c),
+                    (None, None) => unreachable!("matched above"),
+                }
+                .map_err(usage)?;
+                let timeout = worker::timeout(args.worker_timeout_s).map_err(usage)?;
+                let w = WorkerRunner::start(spec, timeout).map_err(usage)?;
+                if !w.hello.paths.contains(&args.path) {
+                    return Err(usage(format!(
+                        "worker {} has no path `{}`: its paths are {}",
+                        w.name(),
+                        args.path,
+                        w.hello.paths.join(", ")
+                    )));
+                }
+                let target = Target::Worker {
+                    worker: 0,
+                    name: w.name().to_string(),
+                    path: args.path.clone(),
+                    label: w.spec.label.clone(),
+                };
+                let what = format!(
+                    "worker {} {} ({})",
+                    w.name(),
+                    w.hello.version,
+                    w.hello.device.as_deref().unwrap_or("no GPU")
+                );
+                (Box::new(w), target, what)
+            }
+        };
+    let trial = format!("exec::{}::{case_id}", target.label());
+    let req = RunRequest {
+        trial: &trial,
+        case_id: &case_id,
+        problem: &problem,
+        case_file: Some(&args.input),
+        target: &target,
+        split,
+        timing: None,
     };
+    let run = runner.run(0, &req).map_err(|e| e.into_exit())?;
+    write_impl_output(&args.output, &run.out).map_err(|e| usage(e.to_string()))?;
+    print_summary(&target, &what, &run, &problem, &args.output);
+    Ok(())
+}
+
+/// The native runner for `--path`, after every check that needs no GPU.
+fn native(
+    args: &Args,
+    problem: &Problem,
+    split: SplitSetting,
+) -> anyhow::Result<(Box<dyn Runner>, Target, String)> {
+    let path: PathId = args.path.parse().map_err(|e| usage(format!("{e}")))?;
+    let splits = forced_splits(split).map_or(Splits::Policy, Splits::Forced);
     // Pure planning first: an unsupported combination is a usage error even without a GPU.
-    let plan = gpu::plan_launches(args.path, &Geometry::of(&problem), splits).map_err(gpu_error)?;
+    gpu::plan_launches(path, &Geometry::of(problem), splits)
+        .map_err(|e| classify(e).into_exit())?;
     // A device whose route is a rejection stops here, before anything is compiled or allocated.
     let selection = DeviceSelection::List(vec![args.device as u32]);
-    if let GpuStatus::Rejected(why) = detect(&NvmlSource::new(), Gpu::available(), &selection) {
-        return Err(no_gpu(why));
-    }
-    if !Gpu::available() {
-        return Err(no_gpu(
-            "no usable CUDA driver and NVRTC on this machine: `relattn exec` needs an NVIDIA GPU",
-        ));
-    }
-    let device = Gpu::open(args.device).map_err(gpu_error)?;
-    let variant = Variant {
-        bounds_check: args.bounds_check,
-        mutant: None,
+    let device = match detect(&NvmlSource::new(), Gpu::available(), &selection) {
+        GpuStatus::Ready { devices, .. } => devices,
+        GpuStatus::Rejected(why) => return Err(no_gpu(why)),
+        GpuStatus::Absent(why) => {
+            return Err(no_gpu(format!(
+                "{why}: `relattn exec --path {path}` needs an NVIDIA GPU"
+            )))
+        }
     };
-    let compile_plan =
-        CompilePlan::new(&device.arch(), variant, &[args.path]).map_err(gpu_error)?;
-    let compiled = gpu::compile(&compile_plan).map_err(gpu_error)?;
-    let loaded = device.load(&compiled).map_err(gpu_error)?;
-    let uploaded = device.upload(&problem).map_err(gpu_error)?;
-    let run = gpu::run_path(&device, &loaded, &uploaded, args.path, splits).map_err(gpu_error)?;
-    let dims = run.out.shape().to_vec();
-    let values: Vec<f32> = run.out.iter().copied().collect();
-    write_f32_safetensors(&args.output, "out", &dims, &values)
-        .with_context(|| format!("writing {}", args.output.display()))?;
+    let bounds = if args.bounds_check {
+        BoundsCheck::On
+    } else {
+        BoundsCheck::Off
+    };
+    let runner = RealFactory::default()
+        .create(&device, bounds, &[path])
+        .map_err(crate::exit::failed)?;
+    let what = device
+        .first()
+        .map(|d| format!("{} (SM {})", d.name, d.cc))
+        .unwrap_or_default();
+    let target = Target::Native {
+        path,
+        bounds_check: args.bounds_check,
+    };
+    Ok((runner, target, what))
+}
+
+fn print_summary(
+    target: &Target,
+    what: &str,
+    run: &RunOutput,
+    problem: &Problem,
+    output: &std::path::Path,
+) {
+    let real = problem.real_rows();
+    let unwritten = run
+        .out
+        .outer_iter()
+        .take(real)
+        .map(|r| r.iter().filter(|x| !x.is_finite()).count())
+        .sum::<usize>();
+    let ms = run.ms.map_or("-".to_string(), |m| format!("{m:.3} ms"));
     println!(
-        "{} on {} ({}): {} kernel(s) [{}], num_splits {}, {:.3} ms; unwritten {}, padding {}, decode counters left {}; wrote {}",
-        args.path,
-        device.name(),
-        device.arch(),
-        plan.launches.len(),
+        "{} on {what}: [{}], num_splits {}, {ms}; non-finite real-row elements {unwritten}, padding {}, decode counters left {}; wrote {}",
+        target.label(),
         run.kernels.join(", "),
         run.num_splits,
-        run.ms,
-        run.unwritten,
         if run.padding_intact { "intact" } else { "WRITTEN" },
         run.counters_left,
-        args.output.display()
+        output.display()
     );
-    Ok(())
-}
-
-/// Exit code per GpuError kind: skip-worthy input is a usage error, a missing driver is "no GPU",
-/// a kernel that traps, faults or does not compile is a failure.
-fn gpu_error(e: GpuError) -> anyhow::Error {
-    let msg = e.to_string();
-    match e {
-        GpuError::NoDriver(_) => no_gpu(msg),
-        GpuError::NoDevice { count: 0, .. } | GpuError::ContextLost { .. } => no_gpu(msg),
-        GpuError::Trap { .. } | GpuError::Nvrtc { .. } => failed(msg),
-        _ => usage(msg),
-    }
-}
-
-/// A one-tensor safetensors file: u64 LE header length, JSON header padded with spaces to a
-/// multiple of 8, then the little-endian data.
-pub fn write_f32_safetensors(
-    path: &Path,
-    name: &str,
-    shape: &[usize],
-    values: &[f32],
-) -> anyhow::Result<()> {
-    let bytes = values.len() * 4;
-    let header = serde_json::json!({
-        name: { "dtype": "F32", "shape": shape, "data_offsets": [0, bytes] },
-        "__metadata__": { "format": "pt" },
-    });
-    let mut header = serde_json::to_vec(&header)?;
-    header.resize(header.len().div_ceil(8) * 8, b' ');
-    let mut file = Vec::with_capacity(8 + header.len() + bytes);
-    file.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    file.extend_from_slice(&header);
-    for v in values {
-        file.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, file)?;
-    Ok(())
 }

@@ -11,4 +11,5 @@ pub mod mutants;
 pub mod reference;
 pub mod report;
 pub mod route;
+pub mod route_check;
 pub mod run;

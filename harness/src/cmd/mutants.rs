@@ -67,6 +67,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 shard: None,
                 devices: DeviceSelection::List(vec![args.device]),
                 case: None,
+                workers: Vec::new(),
+                worker_timeout: std::time::Duration::from_secs(1),
             };
             let factory = RealFactory {
                 mutant: Some(mutant),
@@ -95,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let mut ran = 0;
             for t in &trials {
                 ran += 1;
-                let row = run_trial(t, &store, session.executor(), &args.matrix);
+                let row = run_trial(t, &store, &session.runners(0), &args.matrix);
                 if row.status == Status::Fail {
                     caught = Some(row);
                     break;

@@ -6,26 +6,26 @@ use relattn_kernels::routing::{decide, lookup, Capability, Decision, Shape};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Compute capability, e.g. 9.0, 10.0, 12.1.
-    #[arg(long, value_name = "X.Y")]
-    pub cc: Capability,
+    #[arg(long, value_name = "X.Y", required_unless_present = "check")]
+    pub cc: Option<Capability>,
     /// A local (sliding-window) layer; its window is --window-left.
     #[arg(long)]
     pub local: bool,
     /// Requests in the batch.
-    #[arg(long, value_name = "N")]
-    pub batch: usize,
+    #[arg(long, value_name = "N", required_unless_present = "check")]
+    pub batch: Option<usize>,
     /// Longest new-token count of the batch (raw; routing buckets it).
-    #[arg(long, value_name = "N")]
-    pub max_query_len: usize,
+    #[arg(long, value_name = "N", required_unless_present = "check")]
+    pub max_query_len: Option<usize>,
     /// Query heads (per tensor-parallel rank).
-    #[arg(long, value_name = "N")]
-    pub heads: usize,
+    #[arg(long, value_name = "N", required_unless_present = "check")]
+    pub heads: Option<usize>,
     /// KV heads (per tensor-parallel rank).
-    #[arg(long, value_name = "N")]
-    pub kv_heads: usize,
+    #[arg(long, value_name = "N", required_unless_present = "check")]
+    pub kv_heads: Option<usize>,
     /// Longest KV length, including the new tokens.
-    #[arg(long, value_name = "N")]
-    pub max_kv_len: usize,
+    #[arg(long, value_name = "N", required_unless_present = "check")]
+    pub max_kv_len: Option<usize>,
     /// Tokens per KV-cache page.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub page_size: usize,
@@ -35,6 +35,25 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Compare a worker's routing (--impl or --worker) with relattn's model on every
+    /// capability of the table and every shape of the routing trials; exit 1 on any
+    /// disagreement.
+    #[arg(long, conflicts_with_all = ["cc", "batch", "max_query_len", "heads", "kv_heads", "max_kv_len", "local", "window_left"])]
+    pub check: bool,
+    /// With --check: a shipped worker (numpy, vllm, fa4, flex, faulty).
+    #[arg(
+        long = "impl",
+        value_name = "NAME",
+        requires = "check",
+        conflicts_with = "worker"
+    )]
+    pub implementation: Option<String>,
+    /// With --check: a worker command speaking worker protocol v1.
+    #[arg(long, value_name = "COMMAND", requires = "check")]
+    pub worker: Option<String>,
+    /// With --check: seconds the worker may take to answer one request.
+    #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
+    pub worker_timeout_s: f64,
 }
 
 /// The window of a local layer when --window-left is not given (local_extent 512 - 1).
@@ -49,12 +68,15 @@ impl Args {
             (false, None) => -1,
             (true, w) => w.unwrap_or(DEFAULT_LOCAL_WINDOW),
         };
+        let need = |v: Option<usize>, flag: &str| {
+            v.ok_or_else(|| exit::usage(format!("--{flag} is required without --check")))
+        };
         let shape = Shape {
-            batch: self.batch,
-            max_query_len: self.max_query_len,
-            num_heads: self.heads,
-            num_kv_heads: self.kv_heads,
-            max_kv_len: self.max_kv_len,
+            batch: need(self.batch, "batch")?,
+            max_query_len: need(self.max_query_len, "max-query-len")?,
+            num_heads: need(self.heads, "heads")?,
+            num_kv_heads: need(self.kv_heads, "kv-heads")?,
+            max_kv_len: need(self.max_kv_len, "max-kv-len")?,
             page_size: self.page_size,
             window_left,
             is_local: self.local,
@@ -65,12 +87,45 @@ impl Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.check {
+        return check(&args);
+    }
+    let cc = args
+        .cc
+        .ok_or_else(|| exit::usage("--cc is required without --check"))?;
     let shape = args.shape()?;
-    let decision = decide(args.cc, &shape);
+    let decision = decide(cc, &shape);
     if args.json {
         println!("{}", serde_json::to_string(&decision)?);
     } else {
-        print!("{}", render(args.cc, &shape, &decision));
+        print!("{}", render(cc, &shape, &decision));
+    }
+    Ok(())
+}
+
+/// `--check`: the worker's routing against the model; exit 1 when anything disagrees.
+fn check(args: &Args) -> anyhow::Result<()> {
+    use crate::worker::{timeout, WorkerRunner, WorkerSpec};
+    let spec = match (&args.implementation, &args.worker) {
+        (Some(name), _) => WorkerSpec::from_impl(name),
+        (None, Some(command)) => WorkerSpec::from_command(command),
+        (None, None) => Err("--check needs a worker: --impl NAME or --worker COMMAND".into()),
+    }
+    .map_err(exit::usage)?;
+    let worker = WorkerRunner::start(spec, timeout(args.worker_timeout_s).map_err(exit::usage)?)
+        .map_err(exit::usage)?;
+    let tallies = super::route_check::check(&worker)?;
+    if args.json {
+        println!("{}", super::route_check::to_json(&worker, &tallies));
+    } else {
+        print!("{}", super::route_check::render(&worker, &tallies));
+    }
+    let disagree: usize = tallies.iter().map(|(_, t)| t.disagree).sum();
+    if disagree > 0 {
+        return Err(exit::failed(format!(
+            "worker {} disagrees with relattn's routing on {disagree} (capability, shape) pairs",
+            worker.name()
+        )));
     }
     Ok(())
 }

@@ -1,13 +1,13 @@
 //! `relattn run`: the main job. Routing checks for every architecture, the reference
 //! self-checks of the matrix and, with a usable GPU, the GPU trials; one report directory.
 
-use crate::execute::{run_trial, CaseStore};
+use crate::execute::{run_trial, CaseStore, Runners};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
+use crate::runner::Target;
 use crate::session::{ExecutorFactory, Session, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rayon::prelude::*;
 use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_matrices::Shard;
 use relattn_reports::{Environment, ReportWriter, Row};
@@ -22,7 +22,8 @@ pub struct Args {
     /// Tier (smoke, ci, nightly, regressions) or a matrix file. Default: ci with a GPU, smoke without.
     #[arg(long)]
     pub matrix: Option<String>,
-    /// GPU paths: routed (the device's production path), all, or a list like score_mod,fallback.
+    /// Native GPU paths: routed (the device's production path), all, none, or a list like
+    /// score_mod,fallback.
     #[arg(long, default_value = "all")]
     pub paths: String,
     /// Run shard K of N of the matrix (1-based), e.g. 2/8.
@@ -44,6 +45,17 @@ pub struct Args {
     /// (NVRTC time on a cold cache; for quick iterations on one GPU, not for CI).
     #[arg(long)]
     pub no_compile_checks: bool,
+    /// Also run a shipped worker's paths (repeatable or comma-separated): numpy, vllm, fa4,
+    /// flex, faulty (adapters/NAME_worker.py).
+    #[arg(long = "impl", value_name = "NAME")]
+    pub impls: Vec<String>,
+    /// Also run the paths of a worker speaking worker protocol v1 (repeatable), e.g.
+    /// --worker "python3 my_worker.py".
+    #[arg(long = "worker", value_name = "COMMAND")]
+    pub workers: Vec<String>,
+    /// Seconds a worker may take to answer one request before it is killed and restarted.
+    #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
+    pub worker_timeout_s: f64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -90,6 +102,8 @@ pub fn run_with(
             .parse::<DeviceSelection>()
             .map_err(exit::usage)?,
         case: args.case.clone(),
+        workers: crate::worker::specs(&args.impls, &args.workers).map_err(exit::usage)?,
+        worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
     };
     let session = Session::open_with(&opts, source, libs_present, factory)
         .map_err(|e| exit::usage(format!("{e:#}")))?;
@@ -176,9 +190,22 @@ fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
     let (tx, rx) = mpsc::channel::<Row>();
     let trials = session.trials.clone();
     let store = Arc::new(CaseStore::for_trials(&trials));
-    let (gpu, cpu): (Vec<Trial>, Vec<Trial>) = trials
+    let (runs, cpu): (Vec<Trial>, Vec<Trial>) = trials
         .into_iter()
         .partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
+    // Native trials go to the device threads, each worker's to a thread of its own (a worker
+    // process serves one request at a time).
+    let mut per_worker: Vec<Vec<Trial>> = vec![Vec::new(); session.workers.len()];
+    let mut gpu = Vec::new();
+    for t in runs {
+        match &t.kind {
+            TrialKind::Gpu {
+                target: Target::Worker { worker, .. },
+                ..
+            } if *worker < per_worker.len() => per_worker[*worker].push(t),
+            _ => gpu.push(t),
+        }
+    }
     let matrix = session.gpu_matrix.clone();
     std::thread::scope(|scope| {
         // GPU trials grouped by case, so a case's reference and upload serve all its trials.
@@ -195,19 +222,34 @@ fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
                 scope.spawn(move || loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                     let Some(group) = next else { break };
+                    let runners = Runners::native(Some((exec, slot)));
                     for t in &group {
-                        let _ = tx.send(run_trial(t, &store, Some((exec, slot)), &matrix));
+                        let _ = tx.send(run_trial(t, &store, &runners, &matrix));
                     }
                 });
             }
         }
-        let tx_cpu = tx.clone();
-        let (store_cpu, matrix_cpu) = (store.clone(), matrix.clone());
-        scope.spawn(move || {
-            cpu.par_iter().for_each_with(tx_cpu, |tx, t| {
-                let _ = tx.send(run_trial(t, &store_cpu, None, &matrix_cpu));
+        for trials in per_worker {
+            let (tx, store, matrix) = (tx.clone(), store.clone(), matrix.clone());
+            let runners = session.runners(0);
+            scope.spawn(move || {
+                for t in &trials {
+                    let _ = tx.send(run_trial(t, &store, &runners, &matrix));
+                }
             });
-        });
+        }
+        // CPU trials on threads of their own, not as jobs of rayon's pool: a trial may wait
+        // for a case another thread is building with the pool's parallel loops, and a pool
+        // thread parked in that wait could leave those loops without threads (a deadlock).
+        let cpu = Arc::new(Mutex::new(VecDeque::from(cpu)));
+        for _ in 0..rayon::current_num_threads() {
+            let (cpu, tx, store, matrix) = (cpu.clone(), tx.clone(), store.clone(), matrix.clone());
+            scope.spawn(move || loop {
+                let next = cpu.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                let Some(t) = next else { break };
+                let _ = tx.send(run_trial(&t, &store, &Runners::default(), &matrix));
+            });
+        }
         drop(tx);
         for row in rx {
             on_row(row);
@@ -246,6 +288,9 @@ fn environment(session: &Session, args: &Args) -> Environment {
     if let Some(exec) = session.executor_ref() {
         exec.describe(&mut env);
     }
+    for w in &session.workers {
+        crate::runner::Runner::describe(&**w, &mut env);
+    }
     env
 }
 
@@ -266,7 +311,7 @@ fn git_revision() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::execute::GpuExecutor;
+    use crate::runner::Runner;
     use relattn_kernels::capability::{DeviceInfo, MockSource};
     use relattn_kernels::routing::Capability;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -283,7 +328,7 @@ mod tests {
             _: &[DeviceInfo],
             _: BoundsCheck,
             _: &[relattn_kernels::routing::PathId],
-        ) -> Result<Box<dyn GpuExecutor>, String> {
+        ) -> Result<Box<dyn Runner>, String> {
             self.attempts.fetch_add(1, Ordering::SeqCst);
             Err("counting double: no device work here".into())
         }
@@ -299,6 +344,9 @@ mod tests {
             bounds_check: None,
             case: None,
             no_compile_checks: false,
+            impls: Vec::new(),
+            workers: Vec::new(),
+            worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
         }
     }
 

@@ -1,0 +1,1 @@
+"""Tests of the Python workers: python3 -m unittest discover -s adapters/tests -t adapters"""

@@ -1,0 +1,121 @@
+"""faulty_worker.py: each planted fault, and normal answers on the other trials."""
+
+import json
+
+import numpy as np
+
+from faulty_worker import fault_for
+from relattn_worker import attention_numpy, read_case, read_out, write_case
+from tests.casegen import random_case
+from tests.test_casefile import TempDir
+from tests.workerproc import WorkerProcess, run_request
+
+HELLO = {"op": "hello", "protocol": 1}
+
+
+class Faulty(TempDir):
+    def setUp(self):
+        super().setUp()
+        self.case_path = self.path("case.safetensors")
+        write_case(self.case_path, random_case(seed=21, pad_rows=2))
+        self.case = read_case(self.case_path)
+        self.out = self.path("out.safetensors")
+        self.worker = None
+
+    def tearDown(self):
+        if self.worker:
+            self.worker.close()
+        super().tearDown()
+
+    def start(self, **env):
+        self.worker = WorkerProcess("faulty_worker.py", env={f"RELATTN_FAULTY_{k}": v for k, v in env.items()})
+        hello = self.worker.ask(HELLO)
+        self.assertEqual((hello["name"], hello["paths"]), ("faulty", ["faulty"]))
+        return self.worker
+
+    def run_trial(self, trial_id):
+        return run_request(self.case_path, self.out, "faulty", trial_id=trial_id)
+
+    def assert_good_trial(self, w, trial_id="impl::faulty::faulty::fine::policy::0000"):
+        answer = w.ask(self.run_trial(trial_id))
+        self.assertEqual((answer["ok"], answer["id"]), (True, trial_id), answer)
+        np.testing.assert_array_equal(read_out(self.out), attention_numpy(self.case, "f32"))
+
+    def test_fault_selection(self):
+        env = {"RELATTN_FAULTY_CRASH": "aa,bb", "RELATTN_FAULTY_NAN": ",cc", "RELATTN_FAULTY_WRONG": ""}
+        self.assertEqual(fault_for("x::bb::1", env), "CRASH")
+        self.assertEqual(fault_for("x::cc::1", env), "NAN")
+        self.assertIsNone(fault_for("x::dd::1", env))  # empty items match nothing
+
+    def test_crash(self):
+        w = self.start(CRASH="boom")
+        self.assert_good_trial(w)
+        w.send(self.run_trial("impl::faulty::faulty::boom::1"))
+        self.assertIsNone(w.line())
+        self.assertEqual(w.wait(), 3)
+
+    def test_hang(self):
+        w = self.start(HANG="slow")
+        w.send(self.run_trial("impl::slow::1"))
+        with self.assertRaises(TimeoutError):
+            w.line(timeout=0.5)
+        self.assertIsNone(w.proc.poll())
+
+    def test_garbage(self):
+        w = self.start(GARBAGE="junk")
+        w.send(self.run_trial("impl::junk::1"))
+        line = w.line()
+        with self.assertRaises(ValueError):
+            json.loads(line)
+
+    def test_close(self):
+        w = self.start(CLOSE="shut")
+        w.send(self.run_trial("impl::shut::1"))
+        self.assertIsNone(w.line())
+        self.assertIsNone(w.proc.poll())  # alive, stdout closed
+
+    def test_shape(self):
+        w = self.start(SHAPE="narrow")
+        self.assertTrue(w.ask(self.run_trial("impl::narrow::1"))["ok"])
+        T, H, D = self.case.q.shape
+        self.assertEqual(read_out(self.out).shape, (T, H, D - 1))
+
+    def test_nan(self):
+        w = self.start(NAN="nan")
+        self.assertTrue(w.ask(self.run_trial("impl::nan::1"))["ok"])
+        out, real = read_out(self.out), self.case.real_rows
+        self.assertEqual(int(np.isnan(out[:real]).sum()), 1)
+        self.assertTrue(np.isnan(out[real - 1]).any())
+
+    def test_padding(self):
+        w = self.start(PADDING="pad")
+        self.assertTrue(w.ask(self.run_trial("impl::pad::1"))["ok"])
+        out, real = read_out(self.out), self.case.real_rows
+        self.assertTrue((out[real:] == 0).all())
+        np.testing.assert_array_equal(out[:real], attention_numpy(self.case, "f32")[:real])
+
+    def test_padding_without_padding_rows(self):
+        write_case(self.case_path, random_case(seed=22, pad_rows=0))
+        self.case = read_case(self.case_path)
+        w = self.start(PADDING="pad")
+        self.assertTrue(w.ask(self.run_trial("impl::pad::1"))["ok"])
+        self.assertTrue((read_out(self.out)[self.case.T - 1] == 0).all())
+
+    def test_wrong(self):
+        w = self.start(WRONG="off")
+        self.assertTrue(w.ask(self.run_trial("impl::off::1"))["ok"])
+        diff = read_out(self.out) - attention_numpy(self.case, "f32")
+        real = self.case.real_rows
+        self.assertEqual(np.count_nonzero(diff[:real]), 1)
+        self.assertAlmostEqual(float(np.nanmax(np.abs(diff[:real]))), 0.5, places=5)
+
+    def test_protocol_version(self):
+        self.worker = WorkerProcess("faulty_worker.py", env={"RELATTN_FAULTY_PROTOCOL": "2"})
+        self.assertEqual(self.worker.ask(HELLO)["protocol"], 2)
+
+    def test_lists_and_modes_together(self):
+        w = self.start(NAN="n1,n2", WRONG="w1")
+        self.assert_good_trial(w)
+        for trial in ("x::n2::1", "x::w1::1", "x::n1::1"):
+            self.assertTrue(w.ask(self.run_trial(trial))["ok"])
+        self.assert_good_trial(w)

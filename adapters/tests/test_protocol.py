@@ -1,0 +1,134 @@
+"""The protocol loop (relattn_worker.serve) driven through a subprocess, with numpy_worker.py."""
+
+import os
+import textwrap
+
+import numpy as np
+
+from relattn_worker import attention_numpy, read_case, read_out, write_case
+from tests.casegen import random_case
+from tests.test_casefile import TempDir
+from tests.workerproc import WorkerProcess, run_request
+
+HELLO = {"op": "hello", "protocol": 1}
+
+
+class Protocol(TempDir):
+    def setUp(self):
+        super().setUp()
+        self.case_path = self.path("case.safetensors")
+        write_case(self.case_path, random_case(seed=11, window_left=6))
+        self.workers = []
+
+    def tearDown(self):
+        for w in self.workers:
+            w.close()
+        super().tearDown()
+
+    def start(self, script="numpy_worker.py", *args, env=None):
+        worker = WorkerProcess(script, *args, env=env)
+        self.workers.append(worker)
+        return worker
+
+    def test_a_whole_exchange(self):
+        w = self.start()
+        hello = w.ask(HELLO)
+        self.assertEqual((hello["ok"], hello["protocol"], hello["name"]), (True, 1, "numpy"))
+        self.assertEqual((hello["paths"], hello["split_paths"]), (["numpy"], []))
+        self.assertIsNone(hello["device"])
+        self.assertIsNone(hello["capability"])
+        self.assertIn("numpy", hello["version"])
+
+        out = self.path("out.safetensors")
+        answer = w.ask(run_request(self.case_path, out, "numpy", trial_id="impl::numpy::numpy::a::1"))
+        self.assertEqual(answer["ok"], True, answer)
+        self.assertEqual((answer["id"], answer["num_splits"]), ("impl::numpy::numpy::a::1", 1))
+        case = read_case(self.case_path)
+        got = read_out(out)
+        self.assertEqual(got.shape, case.q.shape)
+        np.testing.assert_array_equal(got, attention_numpy(case, "f32"))  # NaN padding included
+        self.assertTrue(np.isnan(got[case.real_rows:]).all())
+
+        timed = w.ask(run_request(self.case_path, out, "numpy", trial_id="t2", timing={"warmup": 1, "reps": 3}))
+        self.assertEqual(len(timed["ms"]), 3)
+        self.assertTrue(all(isinstance(x, float) and x >= 0 for x in timed["ms"]))
+
+        route = w.ask({"op": "route", "cc": "9.0", "shape": {"is_local": False}})
+        self.assertEqual((route["ok"], route["status"]), (False, "unsupported"))
+
+        bad = w.ask("this is not json")
+        self.assertEqual((bad["ok"], bad["status"]), (False, "error"))
+        self.assertIn("bad request", bad["message"])
+        for request in ([1, 2], {"op": "dance"}, {"no": "op"}, b"\xff\xfe not UTF-8"):
+            answer = w.ask(request)
+            self.assertEqual((answer["ok"], answer["status"]), (False, "error"), request)
+
+        w.send({"op": "bye"})
+        self.assertIsNone(w.line())
+        self.assertEqual(w.wait(), 0)
+
+    def test_run_errors_are_answered(self):
+        w = self.start()
+        w.ask(HELLO)
+        out = self.path("out.safetensors")
+        cases = {
+            "missing case": run_request(self.path("nope.safetensors"), out, "numpy", trial_id="m"),
+            "unknown path": run_request(self.case_path, out, "flex", trial_id="u"),
+            "bad splits": run_request(self.case_path, out, "numpy", trial_id="s", num_splits=0),
+            "bad timing": run_request(self.case_path, out, "numpy", trial_id="t", timing={"warmup": 1}),
+        }
+        for what, request in cases.items():
+            with self.subTest(what):
+                answer = w.ask(request)
+                self.assertEqual((answer["ok"], answer["status"], answer["id"]),
+                                 (False, "error", request["id"]))
+                self.assertTrue(answer["message"])
+        with open(self.path("junk.safetensors"), "wb") as f:
+            f.write(b"\x02\0\0\0\0\0\0\0{}")
+        answer = w.ask(run_request(self.path("junk.safetensors"), out, "numpy", trial_id="j"))
+        self.assertEqual(answer["status"], "error")
+        self.assertIn("missing", answer["message"])
+        # Still serving after all of that.
+        self.assertTrue(w.ask(run_request(self.case_path, out, "numpy", trial_id="ok"))["ok"])
+
+    def test_end_of_input_exits_zero(self):
+        w = self.start("numpy_worker.py", "--f64")
+        self.assertIn("f64", w.ask(HELLO)["version"])
+        w.proc.stdin.close()
+        self.assertEqual(w.wait(), 0)
+
+    def test_prints_and_exceptions_of_an_implementation(self):
+        # A worker whose implementation prints to stdout (Python and C level) and raises.
+        script = self.path("noisy_worker.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(f"""
+                import os, sys
+                sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
+                from relattn_worker import Worker, Unsupported, serve, attention_numpy
+                class Noisy(Worker):
+                    name, version, paths, split_paths = "noisy", "0", ["a", "b", "c"], ["a"]
+                    def run(self, case, path, num_splits, timing):
+                        print("library chatter")
+                        os.write(1, b"C-level chatter\\n")
+                        if path == "b":
+                            raise RuntimeError("kernel exploded")
+                        if path == "c":
+                            raise Unsupported("no such kernel here")
+                        return attention_numpy(case), num_splits or 7, None
+                serve(Noisy())
+            """))
+        w = self.start(script)
+        self.assertEqual(w.ask(HELLO)["split_paths"], ["a"])
+        out = self.path("out.safetensors")
+        answer = w.ask(run_request(self.case_path, out, "a", trial_id="x", num_splits=3))
+        self.assertEqual((answer["ok"], answer["num_splits"], answer["ms"]), (True, 3, None))
+        answer = w.ask(run_request(self.case_path, out, "b", trial_id="y"))
+        self.assertEqual((answer["status"], answer["message"]), ("error", "RuntimeError: kernel exploded"))
+        answer = w.ask(run_request(self.case_path, out, "c", trial_id="z"))
+        self.assertEqual((answer["status"], answer["message"]), ("unsupported", "no such kernel here"))
+        w.send({"op": "bye"})
+        self.assertEqual(w.wait(), 0)
+        stderr = w.stderr_text()
+        self.assertIn("library chatter", stderr)
+        self.assertIn("C-level chatter", stderr)
+        self.assertIn("Traceback", stderr)

@@ -1,0 +1,160 @@
+"""What the torch-based workers (fa4_worker.py, flex_worker.py) share.
+
+- `load_torch()`: import torch without letting a missing or broken install crash the worker.
+- `DeviceCase`: a case's tensors on a device in the case dtype, with the K/V caches placed as a
+  serving engine places them: by default vLLM's layout, one buffer `[num_blocks, Hkv, page, 2D]`
+  per layer (HND) whose rows are K | V, with K and V its strided views
+  `buf.transpose(1, 2).split(D, dim=-1)` of logical shape `[num_blocks, page, Hkv, D]`.
+- `serving_block_table(case)`: the block table as vLLM fills it (entries past a request's pages 0).
+- `nan_out(...)`: the output buffer, poisoned with NaN before the call (the protocol's rule).
+- `input_sets(...)` and `cuda_timed(...)`: timing with CUDA events, rotating a few copies of the
+  inputs so the L2 cache never holds the inputs a timed call starts on (the rule of relattn's
+  native bench: enough copies to exceed 4x the L2 together, 2 to 4, within half the free memory).
+
+torch is imported lazily (`load_torch`), so this module imports with numpy alone.
+"""
+
+import numpy as np
+
+# The layouts a case may ask for (PROTOCOL.md, `cache_layout`) and the one used when the worker
+# is told to place the caches as vLLM does.
+LAYOUTS = ("contiguous", "nhd_packed", "hnd_packed")
+VLLM_LAYOUT = "hnd_packed"
+
+# Timing: rotate enough input copies to exceed L2_MULTIPLE x the L2 size, MIN_SETS to MAX_SETS.
+L2_MULTIPLE, MIN_SETS, MAX_SETS = 4, 2, 4
+
+
+def load_torch():
+    """(torch module, None), or (None, "why not") when torch cannot be imported."""
+    try:
+        import torch
+    except Exception as e:  # ImportError, or OSError from a broken CUDA library
+        return None, f"torch cannot be imported: {type(e).__name__}: {e}"
+    return torch, None
+
+
+def torch_dtype(torch, name):
+    """The torch dtype of a case dtype name ("BF16", "F16", "F32")."""
+    return {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[name]
+
+
+def cuda_device_info(torch, device="cuda"):
+    """("NVIDIA H200", "9.0") for a usable CUDA device, else (None, None)."""
+    try:
+        if not torch.cuda.is_available():
+            return None, None
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+        major, minor = torch.cuda.get_device_capability(index)
+        return torch.cuda.get_device_name(index), f"{major}.{minor}"
+    except Exception:
+        return None, None
+
+
+def serving_block_table(case):
+    """int32 [B, max_pages]: the case's table with entries past each request's pages set to 0,
+    as vLLM's tables are (SPEC 2: those entries are don't-care, so the operator must not read
+    them; a serving engine still keeps them valid block ids)."""
+    table = np.array(case.block_table, dtype=np.int32, copy=True)
+    for b in range(case.B):
+        pages = -(-int(case.seqused_k[b]) // case.page_size)
+        table[b, pages:] = 0
+    return table
+
+
+def paged_cache(torch, key_cache, value_cache, layout):
+    """(buffer or None, K view, V view) with K, V of logical shape [num_blocks, page, Hkv, D].
+
+    hnd_packed: one buffer [num_blocks, Hkv, page, 2D]; nhd_packed: [num_blocks, page, Hkv, 2D];
+    contiguous: K and V are separate contiguous tensors (no shared buffer).
+    `key_cache`, `value_cache`: tensors [num_blocks, page, Hkv, D] already on the device.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"cache layout {layout!r} is not one of {LAYOUTS}")
+    if layout == "contiguous":
+        return None, key_cache.contiguous(), value_cache.contiguous()
+    nb, page, hkv, d = key_cache.shape
+    if layout == "hnd_packed":
+        buf = torch.empty((nb, hkv, page, 2 * d), dtype=key_cache.dtype, device=key_cache.device)
+        k, v = buf.transpose(1, 2).split(d, dim=-1)
+    else:
+        buf = torch.empty((nb, page, hkv, 2 * d), dtype=key_cache.dtype, device=key_cache.device)
+        k, v = buf.split(d, dim=-1)
+    k.copy_(key_cache)
+    v.copy_(value_cache)
+    return buf, k, v
+
+
+class DeviceCase:
+    """A case's tensors on `device`, floats in the case dtype (exactly the stored values).
+
+    q [T, H, D], rel_logits [T, H, E], key_cache / value_cache [num_blocks, page, Hkv, D] (views
+    of `cache_buffer` unless the layout is contiguous), block_table (as `serving_block_table`),
+    seqused_k [B] and cu_seqlens_q [B + 1] int32. Padding rows of q and rel_logits are copied as
+    they are (NaN in tests): what the implementation is handed must not need them.
+    """
+
+    def __init__(self, torch, case, device, layout=VLLM_LAYOUT):
+        dtype = torch_dtype(torch, case.dtype)
+
+        def floats(array):
+            host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            return host.to(device=device, dtype=dtype)
+
+        def ints(array):
+            return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int32)).to(device)
+
+        self.layout = layout
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.q = floats(case.q)
+        self.rel_logits = floats(case.rel_logits)
+        self.cache_buffer, self.key_cache, self.value_cache = paged_cache(
+            torch, floats(case.key_cache), floats(case.value_cache), layout)
+        self.block_table = ints(serving_block_table(case))
+        self.seqused_k = ints(case.seqused_k)
+        self.cu_seqlens_q = ints(case.cu_seqlens_q)
+
+    def nbytes(self):
+        """Device bytes of the inputs a timed call reads (q, the cache, rel_logits)."""
+        cache = (self.cache_buffer.numel() if self.cache_buffer is not None
+                 else self.key_cache.numel() + self.value_cache.numel())
+        return (self.q.numel() + cache + self.rel_logits.numel()) * self.q.element_size()
+
+
+def nan_out(torch, case, device):
+    """The output buffer [T, H, D] in the case dtype, every element NaN."""
+    return torch.full((case.T, case.H, case.D), float("nan"), dtype=torch_dtype(torch, case.dtype),
+                      device=device)
+
+
+def out_to_numpy(out):
+    """float32 numpy copy of a device output buffer."""
+    return out.float().cpu().numpy()
+
+
+def input_sets(torch, set_bytes, device):
+    """How many copies of the inputs the timed calls rotate through (relattn's bench rule)."""
+    props = torch.cuda.get_device_properties(device)
+    l2 = int(getattr(props, "L2_cache_size", 50 << 20))
+    free, _ = torch.cuda.mem_get_info(device)
+    set_bytes = max(1, int(set_bytes))
+    want = min(MAX_SETS, max(MIN_SETS, -(-L2_MULTIPLE * l2 // set_bytes)))
+    return max(1, min(want, free // 2 // set_bytes))
+
+
+def cuda_timed(torch, call, sets, warmup, reps):
+    """Run call(s) for s = 0, 1, ... (mod sets): `warmup` untimed, then `reps` each between two
+    CUDA events. Returns (the last call's result, [reps times in ms])."""
+    result = None
+    for n in range(warmup):
+        result = call(n % sets)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for n in range(reps):
+        starts[n].record()
+        result = call((warmup + n) % sets)
+        ends[n].record()
+    torch.cuda.synchronize()
+    return result, [s.elapsed_time(e) for s, e in zip(starts, ends)]

@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+"""relattn worker: vLLM's Inkling relative-attention op (protocol v1, PROTOCOL.md).
+
+What it loads: `vllm/models/inkling/nvidia/ops/fa4_rel_attention.py`, the op module that vLLM's
+Inkling attention layer (`vllm/models/inkling/nvidia/attention.py`, `InklingAttention._attention`)
+calls. From
+
+  * an unpacked vLLM wheel: `RELATTN_VLLM_ROOT=<folder holding the wheel's vllm/>` (see
+    fetch_vllm.sh). The module is imported from there with small stand-ins in `sys.modules` for
+    the vLLM modules it imports (`vllm.platforms`, `vllm.distributed`,
+    `vllm.model_executor.warmup.jit_warmup`, `vllm.utils.torch_utils`, `vllm.config`), bare
+    packages for `vllm` and the folders above the op (their `__init__`s import half of vLLM),
+    and bare packages for `vllm.vllm_flash_attn` and `vllm.third_party` (the former's `__init__`
+    imports compiled FA2/FA3 binaries built for another torch), so that the op's lazy imports of
+    `vllm.vllm_flash_attn.cute` and `vllm.third_party.tml_fa4` (pure CuTe DSL Python) work on a
+    GPU machine. Without torch (routing needs none) a stand-in `torch` is present while the
+    module is imported.
+  * an installed vLLM otherwise: imported as it is; if that import fails, from the installed
+    package's folder with the stand-ins above.
+
+Routing (`route`, no GPU needed): the capability is mocked as the stand-in platform's
+`get_device_capability()` (the op module's `current_platform` is replaced while answering, and
+`_use_sheared_bias`'s cache is cleared around it). The answer's path is `sheared_bias` when the
+op would take tml-fa4 (`_use_sheared_bias()`), else `score_mod` (the FA4 score_mod entry: the op
+has no third entry); `num_splits` is `inkling_fa4_num_splits(...)` called as the attention layer
+calls it: `max_query_len = bucket_max_seqlen_q(max query length)`, `batch_size` = number of
+requests, `max_kv_len` = the layer's static bound (`local_extent` = window_left + 1 on local
+layers, the route's `max_kv_len` on global ones). An exception raised while the op decides is a
+rejection with its text.
+
+Running (`run`, GPU): paths
+
+  vllm_op          the op as vLLM calls it (its own routing and split policy)
+  vllm_op_sheared  the tml-fa4 sheared-bias entry forced (`_use_sheared_bias` -> True), to show
+                   what happens where vLLM would not route it; splits from vLLM's policy on
+                   this device
+  vllm_op_splits   vllm_op with the trial's forced split count (the only split path)
+
+The arguments are those of `InklingAttention._attention`: `q[:cu[B]]`, `rel_logits[:cu[B]]`,
+`out=out[:cu[B]]` (out pre-filled with NaN), the caches as one HND buffer per layer
+`[num_blocks, Hkv, page, 2D]` with K and V its views `buf.transpose(1, 2).split(D, dim=-1)`
+(canonicalised singleton strides, as `_split_kv_cache` does), block-table entries past a
+request's pages set to 0, `window_size = (window_left, 0)` on local layers and `(-1, -1)` on
+global ones, `causal=True`. Without torch, CUDA, cutlass or the op, `hello` still answers and
+every `run` answers `unsupported` with the import error.
+
+Environment: RELATTN_VLLM_ROOT as above; FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED defaults to 1.
+"""
+
+import argparse
+import collections
+import contextlib
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import re
+import sys
+import types
+import typing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, log, serve  # noqa: E402
+
+OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
+OP_FILE = os.path.join("vllm", "models", "inkling", "nvidia", "ops", "fa4_rel_attention.py")
+# Packages registered bare (no __init__ run) over the wheel's folders.
+BARE_PACKAGES = ("vllm", "vllm.models", "vllm.models.inkling", "vllm.models.inkling.nvidia",
+                 "vllm.models.inkling.nvidia.ops", "vllm.vllm_flash_attn", "vllm.third_party")
+PATHS = ["vllm_op", "vllm_op_sheared", "vllm_op_splits"]
+SPLIT_PATHS = ["vllm_op_splits"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stand-ins for the vLLM modules the op imports
+# ---------------------------------------------------------------------------------------------
+
+class DeviceCapability(collections.namedtuple("DeviceCapability", "major minor")):
+    """vllm.platforms.interface.DeviceCapability: (major, minor) with vLLM's helpers."""
+
+    def as_version_str(self):
+        return f"{self.major}.{self.minor}"
+
+    def to_int(self):
+        return self.major * 10 + self.minor
+
+
+def parse_capability(cc):
+    """"9.0" -> DeviceCapability(9, 0); ValueError otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
+    if not match:
+        raise ValueError(f"capability {cc!r} is not MAJOR.MINOR")
+    return DeviceCapability(int(match.group(1)), int(match.group(2)))
+
+
+class StandInPlatform:
+    """The part of vllm.platforms.current_platform the op uses. `mocked` (a DeviceCapability)
+    answers get_device_capability(); without it the real device's capability (or None)."""
+
+    device_name = "cuda"
+    device_type = "cuda"
+
+    def __init__(self, mocked=None):
+        self.mocked = mocked
+
+    def get_device_capability(self, device_id=0):
+        if self.mocked is not None:
+            return self.mocked
+        torch = sys.modules.get("torch")
+        if torch is None or getattr(torch, "_relattn_stand_in", False):
+            return None
+        try:
+            if not torch.cuda.is_available():
+                return None
+            return DeviceCapability(*torch.cuda.get_device_capability(device_id))
+        except Exception:
+            return None
+
+    def has_device_capability(self, capability, device_id=0):
+        current = self.get_device_capability(device_id)
+        if current is None:
+            return False
+        if isinstance(capability, tuple):
+            return tuple(current) >= tuple(capability)
+        return current.to_int() >= capability
+
+    def is_device_capability(self, capability, device_id=0):
+        current = self.get_device_capability(device_id)
+        if current is None:
+            return False
+        if isinstance(capability, tuple):
+            return tuple(current) == tuple(capability)
+        return current.to_int() == capability
+
+    def is_cuda(self):
+        return True
+
+    def is_rocm(self):
+        return False
+
+
+def canonicalize_singleton_dim_strides(t):
+    """vllm.utils.torch_utils.canonicalize_singleton_dim_strides (same logic): give size-1
+    dimensions their canonical stride, as vLLM does to the K/V views before the op."""
+    if 1 not in tuple(t.shape):
+        return t
+    strides, shape = list(t.stride()), tuple(t.shape)
+    prev, changed = 1, False
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] == 1 and strides[i] != prev:
+            strides[i], changed = prev, True
+        prev = strides[i] * shape[i]
+    return t.as_strided(shape, strides) if changed else t
+
+
+CompileKeyT = typing.TypeVar("CompileKeyT")
+
+
+class VllmJitKernel(typing.Generic[CompileKeyT]):
+    """Stand-in of vllm.model_executor.warmup.jit_warmup.VllmJitKernel: no warm-up registry."""
+
+    bind_launch_inputs = True
+
+    def __init__(self):
+        self._compiled_cache = {}
+
+    def register_warmup(self):
+        pass
+
+    def _trace_dispatch(self, dispatch):
+        raise NotImplementedError("JIT warm-up is not part of relattn's stand-ins")
+
+
+def _stand_in_module(name, **attrs):
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    module._relattn_stand_in = True
+    return module
+
+
+def _bare_package(name, path):
+    """A package whose __init__ is not run; submodules are found under `path`."""
+    module = types.ModuleType(name)
+    module.__path__ = [path] if path else []
+    module.__package__ = name
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = module.__path__
+    module.__spec__ = spec
+    module._relattn_stand_in = True
+    return module
+
+
+def stand_in_modules(root, platform):
+    """{module name: stand-in} for loading the op from `root` (the folder holding vllm/)."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class WarmupIntRange:
+        start: int
+        stop: int
+        step: int = 1
+        advance: typing.Any = None
+
+    @dataclasses.dataclass(frozen=True)
+    class WarmupChoices:
+        values: tuple
+
+    def kv_cache_dtype_str_to_dtype(kv_cache_dtype, model_config=None):
+        raise NotImplementedError("kv_cache_dtype_str_to_dtype is a relattn stand-in")
+
+    modules = {name: _bare_package(name, os.path.join(root, *name.split(".")))
+               for name in BARE_PACKAGES}
+    modules.update({
+        "vllm.platforms": _stand_in_module(
+            "vllm.platforms", current_platform=platform, DeviceCapability=DeviceCapability),
+        "vllm.distributed": _stand_in_module(
+            "vllm.distributed", get_tensor_model_parallel_world_size=lambda: 1,
+            get_tensor_model_parallel_rank=lambda: 0),
+        "vllm.model_executor": _bare_package("vllm.model_executor", None),
+        "vllm.model_executor.warmup": _bare_package("vllm.model_executor.warmup", None),
+        "vllm.model_executor.warmup.jit_warmup": _stand_in_module(
+            "vllm.model_executor.warmup.jit_warmup", VllmJitKernel=VllmJitKernel,
+            WarmupIntRange=WarmupIntRange, WarmupChoices=WarmupChoices,
+            zip_inputs=lambda *rows: rows, kernel_launcher=lambda fn: fn),
+        "vllm.utils": _bare_package("vllm.utils", None),
+        "vllm.utils.torch_utils": _stand_in_module(
+            "vllm.utils.torch_utils", kv_cache_dtype_str_to_dtype=kv_cache_dtype_str_to_dtype,
+            canonicalize_singleton_dim_strides=canonicalize_singleton_dim_strides),
+        "vllm.config": _stand_in_module(
+            "vllm.config", VllmConfig=type("VllmConfig", (), {}),
+            get_current_vllm_config=lambda: None),
+    })
+    return modules
+
+
+def _torch_available():
+    """Whether a real torch imports here (an installed one can fail with any exception, e.g. a
+    CUDA build without its CUDA libraries)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return not getattr(torch, "_relattn_stand_in", False)
+    try:
+        import torch  # noqa: F401
+        return True
+    except Exception as e:
+        log(f"vllm_worker: torch does not import ({type(e).__name__}: {e}); routing uses a stand-in")
+        return False
+
+
+def _forget_vllm():
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+def load_from_root(root):
+    """Import the op module from `root`/vllm/... with the stand-ins; returns the module."""
+    root = os.path.abspath(root)
+    if not os.path.isfile(os.path.join(root, OP_FILE)):
+        raise ImportError(f"{os.path.join(root, OP_FILE)} does not exist: RELATTN_VLLM_ROOT must "
+                          "be the folder holding an unpacked vLLM wheel's vllm/ (adapters/fetch_vllm.sh makes one)")
+    _forget_vllm()
+    sys.modules.update(stand_in_modules(root, StandInPlatform()))
+    stand_in_torch = None
+    if not _torch_available():
+        # Routing needs no torch: the module only names it in annotations and in kernel().
+        stand_in_torch = _stand_in_module("torch", Tensor=object, dtype=object)
+        sys.modules["torch"] = stand_in_torch
+    try:
+        return importlib.import_module(OP_MODULE)
+    finally:
+        if stand_in_torch is not None and sys.modules.get("torch") is stand_in_torch:
+            del sys.modules["torch"]
+
+
+def root_version(root):
+    """The version of the vLLM under `root` (vllm/_version.py or its dist-info), or None."""
+    try:
+        with open(os.path.join(root, "vllm", "_version.py"), encoding="utf-8") as f:
+            match = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", f.read())
+            if match:
+                return match.group(1)
+    except OSError:
+        pass
+    for entry in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        match = re.fullmatch(r"vllm-(.+)\.dist-info", entry)
+        if match:
+            return match.group(1)
+    return None
+
+
+class OpModule:
+    """The loaded op module and how it was loaded (`error` set when it could not be)."""
+
+    def __init__(self, module=None, how="", version=None, error=None):
+        self.module, self.how, self.version, self.error = module, how, version, error
+
+
+def load_op(root=None):
+    """Load the op: from `root` (or RELATTN_VLLM_ROOT) with stand-ins, else the installed vLLM."""
+    root = root or os.environ.get("RELATTN_VLLM_ROOT")
+    if root:
+        try:
+            return OpModule(load_from_root(root), f"unpacked wheel at {os.path.abspath(root)}, stand-ins",
+                            root_version(root))
+        except Exception as e:
+            return OpModule(error=f"cannot load {OP_MODULE} from {root}: {type(e).__name__}: {e}")
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except Exception as e:
+        spec, find_error = None, e
+    else:
+        find_error = None
+    if spec is None or not spec.submodule_search_locations:
+        why = f" ({find_error})" if find_error else ""
+        return OpModule(error=f"vLLM is not installed{why} and RELATTN_VLLM_ROOT is not set "
+                        "(adapters/fetch_vllm.sh DEST fetches the pinned wheel's op; then RELATTN_VLLM_ROOT=DEST)")
+    installed_root = os.path.dirname(list(spec.submodule_search_locations)[0])
+    try:
+        import importlib.metadata as metadata
+        version = metadata.version("vllm")
+    except Exception:
+        version = root_version(installed_root)
+    try:
+        return OpModule(importlib.import_module(OP_MODULE), "installed vLLM", version)
+    except Exception as first:
+        log(f"vllm_worker: importing the installed vLLM's op failed ({type(first).__name__}: {first}); "
+            "retrying from its files with stand-ins")
+        try:
+            return OpModule(load_from_root(installed_root),
+                            f"installed vLLM files at {installed_root}, stand-ins", version)
+        except Exception as e:
+            return OpModule(error=f"cannot import {OP_MODULE}: {type(first).__name__}: {first}; "
+                            f"with stand-ins: {type(e).__name__}: {e}")
+
+
+@contextlib.contextmanager
+def mocked_capability(module, capability):
+    """Make the op see `capability` (a DeviceCapability) as the device's."""
+    saved = module.current_platform
+    module.current_platform = StandInPlatform(mocked=capability)
+    module._use_sheared_bias.cache_clear()
+    try:
+        yield
+    finally:
+        module.current_platform = saved
+        module._use_sheared_bias.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the attention layer hands the op (plain functions, testable on a CPU)
+# ---------------------------------------------------------------------------------------------
+
+def layer_max_kv_len(is_local, window_left, max_kv_len):
+    """The static KV bound InklingAttention passes to the split policy: local_extent on local
+    layers (window_left + 1, since window_size = (local_extent - 1, 0)), max_model_len on global
+    ones (relattn passes its largest KV length)."""
+    return window_left + 1 if is_local else max_kv_len
+
+
+def split_policy_arguments(bucket, *, is_local, batch, max_query_len, heads, kv_heads,
+                           max_kv_len, window_left):
+    """Keyword arguments of inkling_fa4_num_splits exactly as InklingAttention._attention builds
+    them: max_query_len is the bucketed max_seqlen_q."""
+    return dict(is_local=bool(is_local), batch_size=int(batch),
+                max_query_len=int(bucket(int(max_query_len))), num_heads=int(heads),
+                num_kv_heads=int(kv_heads),
+                max_kv_len=int(layer_max_kv_len(is_local, int(window_left), int(max_kv_len))))
+
+
+def route_answer(module, cc, shape):
+    """The op's routing under capability `cc`, on relattn's path ids (protocol's route answer)."""
+    capability = parse_capability(cc)
+    need = ("is_local", "batch", "max_query_len", "heads", "kv_heads", "max_kv_len")
+    missing = [k for k in need if k not in shape]
+    if missing:
+        raise ValueError(f"route shape lacks {missing}")
+    bucket = getattr(module, "bucket_max_seqlen_q", bucket_max_seqlen_q)
+    window_left = int(shape.get("window_left", -1))
+    kwargs = split_policy_arguments(bucket, window_left=window_left, batch=shape["batch"],
+                                    is_local=shape["is_local"], max_query_len=shape["max_query_len"],
+                                    heads=shape["heads"], kv_heads=shape["kv_heads"],
+                                    max_kv_len=shape["max_kv_len"])
+    with mocked_capability(module, capability):
+        try:
+            sheared = bool(module._use_sheared_bias())
+            num_splits = int(module.inkling_fa4_num_splits(**kwargs))
+        except Exception as e:  # the op refused this capability
+            return {"path": None, "rejected": True, "reason": f"{type(e).__name__}: {e}",
+                    "num_splits": None}
+    return {"path": "sheared_bias" if sheared else "score_mod", "rejected": False,
+            "reason": None, "num_splits": num_splits}
+
+
+def hnd_kv_buffer(key_cache, value_cache):
+    """numpy: one buffer [num_blocks, Hkv, page, 2D] whose rows are K(D) | V(D), from the case's
+    caches [num_blocks, page, Hkv, D] (vLLM's HND layout for this layer)."""
+    nb, page, hkv, d = key_cache.shape
+    buf = np.empty((nb, hkv, page, 2 * d), dtype=key_cache.dtype)
+    buf[..., :d] = key_cache.transpose(0, 2, 1, 3)
+    buf[..., d:] = value_cache.transpose(0, 2, 1, 3)
+    return buf
+
+
+def kv_views(buf, head_dim):
+    """K and V as vLLM's _split_kv_cache takes them: buf.transpose(1, 2).split(D, dim=-1), each
+    [num_blocks, page, Hkv, D] (strided views); works on torch tensors and numpy arrays."""
+    if isinstance(buf, np.ndarray):
+        t = np.swapaxes(buf, 1, 2)
+        return t[..., :head_dim], t[..., head_dim:]
+    key, value = buf.transpose(1, 2).split(head_dim, dim=-1)
+    return canonicalize_singleton_dim_strides(key), canonicalize_singleton_dim_strides(value)
+
+
+def vllm_block_table(case):
+    """The case's block table with every entry past a request's ceil(Lk / page) pages set to 0,
+    as vLLM's tables hold."""
+    table = np.array(case.block_table, dtype=np.int32, copy=True)
+    pages = -(-case.seqused_k.astype(np.int64) // case.page_size)
+    columns = np.arange(table.shape[1])[None, :]
+    table[columns >= pages[:, None]] = 0
+    return table
+
+
+def kernel_arguments(case, bucket=bucket_max_seqlen_q):
+    """The scalar arguments InklingAttention._attention passes to the op for this case, plus the
+    split policy's arguments and the number of real rows (cu_seqlens_q[B])."""
+    return {
+        "rows": case.real_rows,
+        "max_seqlen_q": int(bucket(case.max_query_len)),
+        "softmax_scale": float(case.softmax_scale),
+        "causal": True,
+        "window_size": (case.window_left, 0) if case.is_local else (-1, -1),
+        "rel_extent": case.rel_extent,
+        "policy": split_policy_arguments(bucket, is_local=case.is_local, batch=case.B,
+                                         max_query_len=case.max_query_len, heads=case.H,
+                                         kv_heads=case.Hkv, max_kv_len=case.max_kv_len,
+                                         window_left=case.window_left),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU half
+# ---------------------------------------------------------------------------------------------
+
+TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16"}
+
+
+def torch_inputs(torch, case, device):
+    """The op's tensors for `case` on `device`: dict of q, rel_logits, kv buffer, key_cache,
+    value_cache (views of it), block_table, seqused_k, cu_seqlens_q."""
+    dtype = getattr(torch, TORCH_DTYPES[case.dtype])
+    as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
+    as_int = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(device)
+    buf = as_tensor(hnd_kv_buffer(case.key_cache, case.value_cache))
+    key_cache, value_cache = kv_views(buf, case.D)
+    return {"q": as_tensor(case.q), "rel_logits": as_tensor(case.rel_logits), "kv_buffer": buf,
+            "key_cache": key_cache, "value_cache": value_cache,
+            "block_table": as_int(vllm_block_table(case)), "seqused_k": as_int(case.seqused_k),
+            "cu_seqlens_q": as_int(case.cu_seqlens_q)}
+
+
+def call_op(module, inputs, args, num_splits, out):
+    """One call of the op as InklingAttention._attention makes it."""
+    rows = args["rows"]
+    module.InklingFA4RelAttentionKernel.kernel(
+        inputs["q"][:rows], inputs["key_cache"], inputs["value_cache"],
+        block_table=inputs["block_table"], cache_seqlens=inputs["seqused_k"],
+        cu_seqlens_q=inputs["cu_seqlens_q"], max_seqlen_q=args["max_seqlen_q"],
+        softmax_scale=args["softmax_scale"], causal=args["causal"],
+        window_size=args["window_size"], rel_extent=args["rel_extent"],
+        rel_logits=inputs["rel_logits"][:rows], num_splits=num_splits, out=out[:rows])
+
+
+class VllmWorker(Worker):
+    name = "vllm"
+    paths = PATHS
+    split_paths = SPLIT_PATHS
+
+    def __init__(self, root=None):
+        self.op = load_op(root)
+        self.version = (f"vllm {self.op.version or 'unknown'} ({self.op.how})" if self.op.error is None
+                        else f"vllm not loaded ({self.op.error})")
+        if self.op.error:
+            log(f"vllm_worker: {self.op.error}")
+        self.torch, self.gpu_error = None, None
+        self.kernel_errors = {}
+        self._probe_gpu()
+
+    def _probe_gpu(self):
+        """torch, a CUDA device and cutlass, or the reason why runs are unsupported."""
+        try:
+            import torch
+            if not torch.cuda.is_available():
+                raise RuntimeError("torch sees no CUDA device")
+            self.device = torch.cuda.get_device_name(0)
+            self.capability = "%d.%d" % torch.cuda.get_device_capability(0)
+            import cutlass  # noqa: F401  (the CuTe DSL both entries are written in)
+            self.torch = torch
+        except Exception as e:
+            self.gpu_error = f"{type(e).__name__}: {e}"
+
+    def route(self, cc, shape):
+        if self.op.error:
+            raise Unsupported(self.op.error)
+        return route_answer(self.op.module, cc, shape)
+
+    def _entry_error(self, sheared):
+        """Import the entry the call will take (cute or tml-fa4); None or the import error."""
+        name = "vllm.third_party.tml_fa4" if sheared else "vllm.vllm_flash_attn.cute"
+        if name not in self.kernel_errors:
+            try:
+                importlib.import_module(name)
+                self.kernel_errors[name] = None
+            except Exception as e:
+                self.kernel_errors[name] = f"cannot import {name}: {type(e).__name__}: {e}"
+        return self.kernel_errors[name]
+
+    def run(self, case, path, num_splits, timing):
+        if self.op.error:
+            raise Unsupported(self.op.error)
+        if self.gpu_error:
+            raise Unsupported(f"no GPU run here: {self.gpu_error}")
+        if case.dtype not in TORCH_DTYPES:
+            raise Unsupported(f"vLLM's op takes bf16 or fp16 inputs, not {case.dtype}")
+        torch, module = self.torch, self.op.module
+        args = kernel_arguments(case, getattr(module, "bucket_max_seqlen_q", bucket_max_seqlen_q))
+        force_sheared = path == "vllm_op_sheared"
+        error = self._entry_error(force_sheared or bool(module._use_sheared_bias()))
+        if error:
+            raise Unsupported(error)
+        # The split count: forced by the trial, else vLLM's policy on this device.
+        splits = num_splits if num_splits is not None else int(module.inkling_fa4_num_splits(**args["policy"]))
+        with self._sheared_entry(module, force_sheared):
+            out, ms = self._run_on_gpu(torch, module, case, args, splits, timing)
+        return out, splits, ms
+
+    @contextlib.contextmanager
+    def _sheared_entry(self, module, force):
+        """With `force`, the op takes its tml-fa4 entry whatever the device; else its own choice."""
+        if not force:
+            yield
+            return
+        saved = module._use_sheared_bias
+        module._use_sheared_bias = lambda: True
+        try:
+            yield
+        finally:
+            module._use_sheared_bias = saved
+
+    def _run_on_gpu(self, torch, module, case, args, splits, timing):
+        device = torch.device("cuda", 0)
+        inputs = torch_inputs(torch, case, device)
+        out = torch.full(tuple(case.q.shape), float("nan"), dtype=inputs["q"].dtype, device=device)
+        call_op(module, inputs, args, splits, out)
+        torch.cuda.synchronize()
+        result = out.float().cpu().numpy()
+        ms = None
+        if timing is not None:
+            # Rotate a few input sets so that timed calls do not all hit warm caches.
+            copies = max(1, min(3, (1 << 28) // max(1, inputs["kv_buffer"].numel() * 2)))
+            sets = [inputs] + [torch_inputs(torch, case, device) for _ in range(copies - 1)]
+            outs = [torch.empty_like(out) for _ in sets]
+            for i in range(timing["warmup"]):
+                call_op(module, sets[i % len(sets)], args, splits, outs[i % len(sets)])
+            ms = []
+            for i in range(timing["reps"]):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call_op(module, sets[i % len(sets)], args, splits, outs[i % len(sets)])
+                end.record()
+                end.synchronize()
+                ms.append(start.elapsed_time(end))
+        return result, ms
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-root", help="folder holding an unpacked wheel's vllm/ "
+                        "(default: RELATTN_VLLM_ROOT, else the installed vLLM)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "1")
+    serve(VllmWorker(args.vllm_root))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+//! The one route from a case to a result: every implementation under test (the native CUDA
+//! paths in this process, or a worker process speaking the worker protocol) is a `Runner`, and
+//! every way a run can end is one `RunError`. `run`, `exec`, `bench` and `mutants` all go through
+//! it, so judgement, reports and exit codes cannot tell implementations apart.
+
+use crate::exit;
+use ndarray::Array3;
+use relattn_kernels::routing::PathId;
+use relattn_matrices::SplitSetting;
+use relattn_reference::Problem;
+use std::path::Path;
+
+/// What to run a case on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One of this project's CUDA paths, with or without the bounds check compiled in.
+    Native { path: PathId, bounds_check: bool },
+    /// Path `path` (the worker's own name for it) of worker number `worker` of the session,
+    /// whose `hello` gave the name `name`; `label` is how a command line asks for the worker
+    /// (`--impl numpy`, `--worker '...'`).
+    Worker {
+        worker: usize,
+        name: String,
+        path: String,
+        label: String,
+    },
+}
+
+impl Target {
+    /// The report's `path` column: the native path id, or `<worker name>/<worker path>`.
+    pub fn label(&self) -> String {
+        match self {
+            Target::Native { path, .. } => path.as_str().to_string(),
+            Target::Worker { name, path, .. } => format!("{name}/{path}"),
+        }
+    }
+}
+
+/// Timed launches: `warmup` untimed, then `reps` timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+/// One run of one case.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRequest<'a> {
+    /// The trial's name (a worker's request id).
+    pub trial: &'a str,
+    pub case_id: &'a str,
+    pub problem: &'a Problem,
+    /// The case as a file, when there is one already (`exec`): workers read it directly.
+    pub case_file: Option<&'a Path>,
+    pub target: &'a Target,
+    pub split: SplitSetting,
+    pub timing: Option<Timing>,
+}
+
+/// A finished run: what the judge and the reports need.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// `[T, H, D]` as read back, padding rows included.
+    pub out: Array3<f32>,
+    /// Padding rows still hold what they held before the run (bit-identical, or NaN for
+    /// workers, which poison their own buffer).
+    pub padding_intact: bool,
+    /// Decode counters the launch left non-zero (each must be reset for the next launch).
+    pub counters_left: usize,
+    /// Time of the run in milliseconds: one launch, or the median of `Timing::reps`.
+    pub ms: Option<f64>,
+    /// Every timed launch (empty without `Timing`).
+    pub ms_all: Vec<f64>,
+    pub num_splits: usize,
+    /// Kernels launched (native) or a description of what ran (workers).
+    pub kernels: Vec<String>,
+}
+
+/// Why a run produced no output, classified once for every command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// The implementation cannot take this case: a skip (`exec`: exit 2).
+    Unsupported(String),
+    /// A kernel trapped or faulted: a defect found, a failing trial (exit 1).
+    Fault(String),
+    /// Compile, allocation, driver or worker trouble: an erroring trial (exit 1).
+    Other(String),
+    /// No usable GPU (exit 3; under `run`, the trial is a skip).
+    NoGpu(String),
+}
+
+impl RunError {
+    pub fn message(&self) -> &str {
+        match self {
+            RunError::Unsupported(m)
+            | RunError::Fault(m)
+            | RunError::Other(m)
+            | RunError::NoGpu(m) => m,
+        }
+    }
+
+    /// The command-level error with the exit code of DESIGN.md's table.
+    pub fn into_exit(self) -> anyhow::Error {
+        match self {
+            RunError::Unsupported(m) => exit::usage(m),
+            RunError::Fault(m) | RunError::Other(m) => exit::failed(m),
+            RunError::NoGpu(m) => exit::no_gpu(m),
+        }
+    }
+}
+
+/// An implementation under test.
+pub trait Runner: Send + Sync {
+    /// Run `req` on device worker `slot` (one per device; workers ignore it).
+    fn run(&self, slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError>;
+
+    /// Add software versions and compile checks to a report's environment.
+    fn describe(&self, _env: &mut relattn_reports::Environment) {}
+}
+
+/// The split count a request asks for (`None`: the implementation's own policy).
+pub fn forced_splits(split: SplitSetting) -> Option<usize> {
+    match split {
+        SplitSetting::Policy => None,
+        SplitSetting::Forced(n) => Some(n),
+    }
+}
+
+/// The median of a non-empty list of times.
+pub fn median(times: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = times.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_lists() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN]), None);
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn each_error_has_its_exit_code() {
+        use exit::{code_of, Code};
+        let code = |e: RunError| code_of(&e.into_exit());
+        assert_eq!(code(RunError::Unsupported("x".into())), Code::Usage);
+        assert_eq!(code(RunError::Fault("x".into())), Code::Failed);
+        assert_eq!(code(RunError::Other("x".into())), Code::Failed);
+        assert_eq!(code(RunError::NoGpu("x".into())), Code::NoGpu);
+    }
+}

@@ -1,0 +1,165 @@
+//! Other implementations of the operator, run as worker processes over worker protocol v1
+//! (`adapters/PROTOCOL.md`): `--worker "<command line>"` for any worker, `--impl NAME` for the
+//! ones this project ships under `adapters/`.
+
+pub mod process;
+pub mod protocol;
+pub mod runner;
+
+pub use runner::WorkerRunner;
+
+use std::path::{Path, PathBuf};
+
+/// The workers under `adapters/`: `--impl NAME` runs `adapters/NAME_worker.py`.
+pub const IMPLS: [&str; 5] = ["numpy", "vllm", "fa4", "flex", "faulty"];
+
+/// Default answer time of a worker (`--worker-timeout-s`).
+pub const DEFAULT_TIMEOUT_S: f64 = 120.0;
+
+/// How to start a worker, and how a user would ask for it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSpec {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// `--impl numpy` or `--worker '<command>'`: what reproduces it on a command line.
+    pub label: String,
+}
+
+impl WorkerSpec {
+    /// `--worker "<command line>"`, split as a POSIX shell would (quotes, no expansion).
+    pub fn from_command(line: &str) -> Result<WorkerSpec, String> {
+        let command = shlex::split(line)
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                format!("--worker {line:?}: not a command line (empty, or unbalanced quotes)")
+            })?;
+        Ok(WorkerSpec {
+            command,
+            label: format!(
+                "--worker {}",
+                shlex::try_quote(line).unwrap_or_else(|_| line.into())
+            ),
+        })
+    }
+
+    /// `--impl NAME`: `python3 <adapters>/NAME_worker.py` (`$RELATTN_PYTHON` instead of
+    /// `python3` when set).
+    pub fn from_impl(name: &str) -> Result<WorkerSpec, String> {
+        if !IMPLS.contains(&name) {
+            return Err(format!(
+                "unknown --impl `{name}`: the shipped workers are {}; any other worker runs with --worker \"<command>\"",
+                IMPLS.join(", ")
+            ));
+        }
+        let dir = adapters_dir().ok_or_else(|| {
+            format!(
+                "--impl {name}: the adapters/ folder was not found (looked in $RELATTN_ADAPTERS, beside the binary and its parent folders, and in the source tree); set RELATTN_ADAPTERS=<folder holding {name}_worker.py>"
+            )
+        })?;
+        let script = dir.join(format!("{name}_worker.py"));
+        if !script.is_file() {
+            return Err(format!(
+                "--impl {name}: {} does not exist",
+                script.display()
+            ));
+        }
+        let python = std::env::var("RELATTN_PYTHON").unwrap_or_else(|_| "python3".into());
+        Ok(WorkerSpec {
+            command: vec![python, script.to_string_lossy().into_owned()],
+            label: format!("--impl {name}"),
+        })
+    }
+}
+
+/// Every `--impl` (each may be a comma-separated list) and `--worker`, in that order.
+pub fn specs(impls: &[String], commands: &[String]) -> Result<Vec<WorkerSpec>, String> {
+    let mut out = Vec::new();
+    for name in impls.iter().flat_map(|s| s.split(',')).map(str::trim) {
+        if !name.is_empty() {
+            out.push(WorkerSpec::from_impl(name)?);
+        }
+    }
+    for c in commands {
+        out.push(WorkerSpec::from_command(c)?);
+    }
+    Ok(out)
+}
+
+/// The folder holding the shipped workers: `$RELATTN_ADAPTERS`; else `adapters/` beside the
+/// binary or in one of its three parent folders (a checkout's `target/release/relattn`, a
+/// bundle's `.device/relattn`); else `share/relattn/adapters` of an install prefix; else the
+/// source tree this binary was built from.
+pub fn adapters_dir() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("RELATTN_ADAPTERS") {
+        return Some(PathBuf::from(dir));
+    }
+    let has = |d: &Path| d.join("numpy_worker.py").is_file();
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        for dir in exe_dir.ancestors().take(4) {
+            for candidate in [dir.join("adapters"), dir.join("share/relattn/adapters")] {
+                if has(&candidate) {
+                    return Some(candidate);
+                }
+            }
+        }
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters");
+    has(&source).then_some(source)
+}
+
+/// Start every worker and greet it, in order.
+pub fn start_all(
+    specs: &[WorkerSpec],
+    timeout: std::time::Duration,
+) -> Result<Vec<std::sync::Arc<WorkerRunner>>, String> {
+    specs
+        .iter()
+        .map(|s| WorkerRunner::start(s.clone(), timeout).map(std::sync::Arc::new))
+        .collect()
+}
+
+/// `--worker-timeout-s`, checked.
+pub fn timeout(seconds: f64) -> Result<std::time::Duration, String> {
+    if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "--worker-timeout-s {seconds}: expected a number of seconds in (0, 86400]"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_split_like_a_shell() {
+        let s = WorkerSpec::from_command("python3 'my worker.py' --f64").unwrap();
+        assert_eq!(s.command, ["python3", "my worker.py", "--f64"]);
+        assert!(WorkerSpec::from_command("python3 'unbalanced").is_err());
+        assert!(WorkerSpec::from_command("   ").is_err());
+    }
+
+    #[test]
+    fn unknown_impls_list_the_known_ones() {
+        let e = WorkerSpec::from_impl("cudnn").unwrap_err();
+        assert!(e.contains("numpy, vllm, fa4, flex, faulty"), "{e}");
+    }
+
+    #[test]
+    fn shipped_impls_are_found_in_the_source_tree() {
+        let s = WorkerSpec::from_impl("numpy").unwrap();
+        assert!(s.command[1].ends_with("numpy_worker.py"), "{:?}", s.command);
+        assert_eq!(s.label, "--impl numpy");
+    }
+
+    #[test]
+    fn timeouts_are_checked() {
+        assert!(timeout(0.0).is_err() && timeout(f64::NAN).is_err() && timeout(1e9).is_err());
+        assert_eq!(timeout(2.0).unwrap().as_secs(), 2);
+    }
+}

@@ -1,0 +1,273 @@
+//! A worker as a `Runner`: case files in, output files out, over one long-lived process that is
+//! restarted after each death (exit, closed stdout, garbage, timeout) and given up after
+//! `MAX_DEATHS` deaths in a row.
+
+use super::process::{Death, Process};
+use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
+use super::WorkerSpec;
+use crate::runner::{forced_splits, median, RunError, RunOutput, RunRequest, Runner, Target};
+use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
+use relattn_reference::Problem;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Deaths in a row after which a worker's remaining trials are errors.
+pub const MAX_DEATHS: usize = 3;
+/// Case files kept written for the trials still to come (one case's trials are consecutive in
+/// `run`; under `cargo test` they interleave a little).
+const CASE_FILES_KEPT: usize = 8;
+/// Lines of the worker's stderr quoted in an erroring trial's message.
+const TAIL_IN_MESSAGE: usize = 12;
+
+struct State {
+    process: Option<Process>,
+    deaths: usize,
+    last_death: String,
+    cases: VecDeque<(String, PathBuf)>,
+    /// Files written so far (names are unique within the folder).
+    files: u64,
+}
+
+pub struct WorkerRunner {
+    pub spec: WorkerSpec,
+    pub hello: Hello,
+    timeout: Duration,
+    dir: tempfile::TempDir,
+    state: Mutex<State>,
+}
+
+/// Start the worker and read its `hello`. Every failure here is the user's to fix (a command
+/// that is not found, a worker that does not speak protocol 1), so the message says what ran.
+fn start(spec: &WorkerSpec, timeout: Duration) -> Result<(Process, Hello), String> {
+    let mut p = Process::spawn(&spec.command)?;
+    let answer = p
+        .request(&protocol::hello_request(), timeout)
+        .map_err(|d| format!("{d}; its stderr:\n{}", p.stderr_tail(TAIL_IN_MESSAGE)))?;
+    let hello = protocol::parse_hello(answer).map_err(|e| e.to_string())?;
+    if hello.protocol != protocol::PROTOCOL {
+        p.kill();
+        return Err(format!(
+            "it speaks worker protocol {}, this relattn speaks {}",
+            hello.protocol,
+            protocol::PROTOCOL
+        ));
+    }
+    Ok((p, hello))
+}
+
+impl WorkerRunner {
+    /// Start the worker and greet it.
+    pub fn start(spec: WorkerSpec, timeout: Duration) -> Result<WorkerRunner, String> {
+        let (process, hello) =
+            start(&spec, timeout).map_err(|e| format!("worker {}: {e}", spec.label))?;
+        let dir = tempfile::Builder::new()
+            .prefix("relattn-worker-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
+        Ok(WorkerRunner {
+            spec,
+            hello,
+            timeout,
+            dir,
+            state: Mutex::new(State {
+                process: Some(process),
+                deaths: 0,
+                last_death: String::new(),
+                cases: VecDeque::new(),
+                files: 0,
+            }),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.hello.name
+    }
+
+    /// The worker's routing decision for `shape` on capability `cc`.
+    pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<RouteAnswer, String> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.process(&mut st)?;
+        let answer = match p.request(&protocol::route_request(cc, shape), self.timeout) {
+            Ok(v) => protocol::parse_route(&v).map_err(|e| e.to_string()),
+            Err(d) => Err(d.to_string()),
+        };
+        answer.map_err(|e| {
+            let tail = self.bury(&mut st, e.clone());
+            format!("{e}; worker stderr:\n{tail}")
+        })
+    }
+
+    /// The live process, restarting a dead one (a failed restart is one more death).
+    fn process<'s>(&self, st: &'s mut State) -> Result<&'s mut Process, String> {
+        if st.deaths >= MAX_DEATHS {
+            return Err(format!(
+                "worker keeps dying: {} deaths in a row, the last: {}",
+                st.deaths, st.last_death
+            ));
+        }
+        if st.process.is_none() {
+            match start(&self.spec, self.timeout) {
+                Ok((p, _)) => st.process = Some(p),
+                Err(e) => {
+                    st.deaths += 1;
+                    st.last_death = format!("restart failed: {e}");
+                    return Err(st.last_death.clone());
+                }
+            }
+        }
+        st.process
+            .as_mut()
+            .ok_or_else(|| "no worker process".to_string())
+    }
+
+    /// Kill the process after a death, count it, and return its stderr tail.
+    fn bury(&self, st: &mut State, why: String) -> String {
+        let tail = st
+            .process
+            .take()
+            .map(|mut p| {
+                p.kill();
+                p.stderr_tail(TAIL_IN_MESSAGE)
+            })
+            .unwrap_or_default();
+        st.deaths += 1;
+        st.last_death = why;
+        tail
+    }
+
+    /// The case file of `req`: the caller's, or one written here (kept for the next trials).
+    fn case_file(&self, st: &mut State, req: &RunRequest<'_>) -> Result<PathBuf, String> {
+        if let Some(f) = req.case_file {
+            return Ok(std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf()));
+        }
+        if let Some((_, f)) = st.cases.iter().find(|(id, _)| id == req.case_id) {
+            return Ok(f.clone());
+        }
+        if st.cases.len() == CASE_FILES_KEPT {
+            if let Some((_, old)) = st.cases.pop_front() {
+                let _ = std::fs::remove_file(old);
+            }
+        }
+        st.files += 1;
+        let file = self
+            .dir
+            .path()
+            .join(format!("case-{}.safetensors", st.files));
+        let meta = CaseMeta {
+            case_id: Some(req.case_id.to_string()),
+            seed: None,
+            cache_layout: req.problem.layout,
+        };
+        write_case(&file, req.problem, &meta).map_err(|e| e.to_string())?;
+        st.cases.push_back((req.case_id.to_string(), file.clone()));
+        Ok(file)
+    }
+}
+
+/// Padding rows (`cu_seqlens_q[B] <= t < T`) still NaN, as the worker poisoned them.
+fn padding_is_nan(problem: &Problem, out: &ndarray::Array3<f32>) -> bool {
+    let real = problem.real_rows();
+    out.outer_iter()
+        .skip(real)
+        .all(|row| row.iter().all(|x| x.is_nan()))
+}
+
+impl Runner for WorkerRunner {
+    fn run(&self, _slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
+        let Target::Worker { path, .. } = req.target else {
+            return Err(RunError::Other(format!(
+                "worker {} was handed a native target",
+                self.name()
+            )));
+        };
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let case = self.case_file(&mut st, req).map_err(RunError::Other)?;
+        st.files += 1;
+        let out = self
+            .dir
+            .path()
+            .join(format!("out-{}.safetensors", st.files));
+        let message = protocol::run_request(
+            req.trial,
+            &case.to_string_lossy(),
+            path,
+            forced_splits(req.split),
+            &out.to_string_lossy(),
+            req.timing.map(|t| (t.warmup, t.reps)),
+        );
+        let p = self.process(&mut st).map_err(RunError::Other)?;
+        let answer = p
+            .request(&message, self.timeout)
+            .map_err(|d: Death| d.to_string())
+            .and_then(|v| protocol::parse_run(&v, req.trial).map_err(|e| e.to_string()));
+        let answer = match answer {
+            Ok(a) => a,
+            Err(why) => {
+                let tail = self.bury(&mut st, why.clone());
+                return Err(RunError::Other(format!(
+                    "{why}; restarting it for the next trial; worker stderr:\n{tail}"
+                )));
+            }
+        };
+        st.deaths = 0;
+        let tail = || {
+            st.process
+                .as_ref()
+                .map(|p| p.stderr_tail(TAIL_IN_MESSAGE))
+                .unwrap_or_default()
+        };
+        let (num_splits, ms) = match answer {
+            RunAnswer::Unsupported(m) => return Err(RunError::Unsupported(m)),
+            RunAnswer::Error(m) => {
+                return Err(RunError::Other(format!(
+                    "the worker failed: {m}; worker stderr:\n{}",
+                    tail()
+                )))
+            }
+            RunAnswer::Done { num_splits, ms } => (num_splits, ms.unwrap_or_default()),
+        };
+        let p = req.problem;
+        let shape = [p.total_rows(), p.num_heads, p.head_dim];
+        let read = read_impl_output(&out, shape);
+        let _ = std::fs::remove_file(&out);
+        let out = read.map_err(|e| RunError::Other(format!("the worker's output: {e}")))?;
+        Ok(RunOutput {
+            padding_intact: padding_is_nan(p, &out),
+            out,
+            counters_left: 0,
+            ms: median(&ms),
+            ms_all: ms,
+            num_splits,
+            kernels: vec![format!("{}/{path}", self.name())],
+        })
+    }
+
+    fn describe(&self, env: &mut relattn_reports::Environment) {
+        let entry = serde_json::json!({
+            "name": self.hello.name,
+            "version": self.hello.version,
+            "command": self.spec.command.join(" "),
+            "device": self.hello.device,
+            "capability": self.hello.capability,
+            "paths": self.hello.paths,
+        });
+        match env.extra.get_mut("workers") {
+            Some(serde_json::Value::Array(a)) => a.push(entry),
+            _ => {
+                env.extra
+                    .insert("workers".into(), serde_json::Value::Array(vec![entry]));
+            }
+        }
+    }
+}
+
+impl Drop for WorkerRunner {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = st.process.take() {
+            p.close();
+        }
+    }
+}

@@ -1,0 +1,479 @@
+//! The worker protocol end to end, without a GPU: the smoke tier through the numpy worker, the
+//! fault rules through the faulty worker, bad worker commands, `exec` on a worker, and
+//! `route --check` against vLLM 0.33.0's released wheel (fetched by `adapters/fetch_vllm.sh`).
+//!
+//! These need `python3` with numpy (`.ci/run` installs numpy); without it they fail and say so.
+
+mod common;
+use common::text;
+
+use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
+use relattn_reference::fast;
+use relattn_reference::gen::{generate, GenSpec};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// python3 with numpy, checked once: the workers need both.
+fn python_ready() {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    let r = READY.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import numpy"])
+            .output()
+            .map_err(|e| format!("python3 cannot be started: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "python3 has no numpy ({}): run `python3 -m pip install numpy` (.ci/run does)",
+                text(&out.stderr).trim()
+            ))
+        }
+    });
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+fn relattn_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_relattn"));
+    c.args(args).env("RUST_BACKTRACE", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the relattn binary runs")
+}
+
+fn rows(report: &Path) -> Vec<Value> {
+    std::fs::read_to_string(report.join("cpu/results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn worker_rows(report: &Path) -> Vec<Value> {
+    rows(report)
+        .into_iter()
+        .filter(|r| r["trial"].as_str().unwrap().starts_with("impl::"))
+        .collect()
+}
+
+fn no_panic(out: &Output) {
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn the_smoke_tier_passes_through_the_numpy_worker() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let out = relattn_env(
+        &[
+            "run",
+            "--matrix",
+            "smoke",
+            "--impl",
+            "numpy",
+            "--paths",
+            "none",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = worker_rows(dir.path());
+    let cases = relattn_matrices::load_tier("smoke")
+        .unwrap()
+        .expand()
+        .unwrap()
+        .cases
+        .len();
+    // One trial per case: the numpy path takes no forced splits.
+    assert_eq!(rows.len(), cases);
+    for r in &rows {
+        assert_eq!(r["status"], "pass", "{r}");
+        assert_eq!(r["path"], "numpy/numpy");
+        assert!(r["max_abs"].as_f64().unwrap() <= r["bound"].as_f64().unwrap());
+        assert!(r["seed"].as_u64().is_some());
+    }
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("cpu/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        summary["environment"]["extra"]["workers"][0]["name"],
+        "numpy"
+    );
+}
+
+/// The fault planted on each mix of `tests/data/faulty.toml`, and the status it must cost.
+const FAULTS: [(&str, &str, &str); 8] = [
+    ("RELATTN_FAULTY_CRASH", "decode", "error"),
+    ("RELATTN_FAULTY_HANG", "mixed", "error"),
+    ("RELATTN_FAULTY_GARBAGE", "zero_len_middle", "error"),
+    ("RELATTN_FAULTY_SHAPE", "spec_verify9", "error"),
+    ("RELATTN_FAULTY_PADDING", "padding", "fail"),
+    ("RELATTN_FAULTY_NAN", "extent_edges", "fail"),
+    ("RELATTN_FAULTY_WRONG", "decode8_prefill9", "fail"),
+    ("RELATTN_FAULTY_CLOSE", "all_zero_table", "error"),
+];
+
+#[test]
+fn each_worker_fault_costs_exactly_its_trial() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = repo().join("harness/tests/data/faulty.toml");
+    let planted: Vec<(String, String)> = FAULTS
+        .iter()
+        .map(|(var, mix, _)| (var.to_string(), format!("::{mix}::")))
+        .collect();
+    let env: Vec<(&str, &str)> = planted
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let started = std::time::Instant::now();
+    let out = relattn_env(
+        &[
+            "run",
+            "--matrix",
+            matrix.to_str().unwrap(),
+            "--impl",
+            "faulty",
+            "--paths",
+            "none",
+            "--worker-timeout-s",
+            "3",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        &env,
+    );
+    no_panic(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    // Two timeouts (hang, close) of 3 s, the rest fast.
+    assert!(started.elapsed().as_secs() < 40, "{:?}", started.elapsed());
+    let rows = worker_rows(dir.path());
+    assert_eq!(rows.len(), 9, "one trial per case");
+    for r in &rows {
+        let trial = r["trial"].as_str().unwrap();
+        let expected = FAULTS
+            .iter()
+            .find(|(_, mix, _)| trial.contains(&format!("::{mix}::")))
+            .map_or("pass", |f| f.2);
+        assert_eq!(r["status"], expected, "{trial}: {}", r["message"]);
+        let msg = r["message"].as_str().unwrap();
+        if expected != "pass" {
+            assert!(
+                msg.contains("reproduce: relattn run --matrix")
+                    && msg.contains("--paths none --impl faulty"),
+                "{msg}"
+            );
+        }
+    }
+    let by = |mix: &str| {
+        rows.iter()
+            .find(|r| r["trial"].as_str().unwrap().contains(&format!("::{mix}::")))
+            .unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        by("decode").contains("closed its stdout"),
+        "{}",
+        by("decode")
+    );
+    assert!(
+        by("mixed").contains("did not answer within 3 s"),
+        "{}",
+        by("mixed")
+    );
+    assert!(by("zero_len_middle").contains("outside the protocol"));
+    assert!(
+        by("spec_verify9").contains("shape"),
+        "{}",
+        by("spec_verify9")
+    );
+    assert!(by("padding").contains("padding"), "{}", by("padding"));
+    // The worker's stderr tail comes with an error (the faulty worker says what it planted).
+    assert!(by("decode").contains("worker stderr"), "{}", by("decode"));
+    // The report is complete.
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("cpu/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["complete"], true);
+    assert!(dir.path().join("cpu/results.csv").is_file());
+    assert!(dir.path().join("cpu/junit.xml").is_file());
+}
+
+#[test]
+fn a_worker_that_keeps_dying_is_given_up_after_three_deaths() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = repo().join("harness/tests/data/faulty.toml");
+    let out = relattn_env(
+        &[
+            "run",
+            "--matrix",
+            matrix.to_str().unwrap(),
+            "--impl",
+            "faulty",
+            "--paths",
+            "none",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("RELATTN_FAULTY_CRASH", "impl::")],
+    );
+    no_panic(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let rows = worker_rows(dir.path());
+    assert_eq!(rows.len(), 9);
+    let given_up = rows
+        .iter()
+        .filter(|r| {
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("worker keeps dying")
+        })
+        .count();
+    assert!(rows.iter().all(|r| r["status"] == "error"));
+    assert_eq!(
+        given_up, 6,
+        "three deaths, then the remaining six are given up"
+    );
+    // The run goes on: the routing checks passed.
+    assert!(rows_of_path(dir.path(), "routing")
+        .iter()
+        .all(|r| r["status"] == "pass"));
+}
+
+fn rows_of_path(report: &Path, path: &str) -> Vec<Value> {
+    rows(report)
+        .into_iter()
+        .filter(|r| r["path"] == path)
+        .collect()
+}
+
+/// Arguments, environment, and what the error must say.
+type BadWorker<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+#[test]
+fn bad_workers_are_usage_errors() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let cases: [BadWorker; 6] = [
+        (&["--impl", "cudnn"], &[], "unknown --impl `cudnn`"),
+        (
+            &["--worker", "/nonexistent/worker --x"],
+            &[],
+            "cannot start worker",
+        ),
+        (
+            &["--impl", "numpy"],
+            &[("RELATTN_PYTHON", "/nonexistent/python3")],
+            "cannot start worker",
+        ),
+        (
+            &["--impl", "faulty"],
+            &[("RELATTN_FAULTY_PROTOCOL", "2")],
+            "protocol 2",
+        ),
+        (
+            &["--worker", "sh -c 'read l; echo hello'"],
+            &[],
+            "outside the protocol",
+        ),
+        (
+            &["--worker", "python3 'unbalanced"],
+            &[],
+            "not a command line",
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let mut a = vec![
+            "run", "--matrix", "smoke", "--paths", "none", "--out", out_dir,
+        ];
+        a.extend_from_slice(args);
+        let started = std::time::Instant::now();
+        let out = relattn_env(&a, env);
+        no_panic(&out);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(started.elapsed().as_secs() < 10, "{args:?}");
+    }
+}
+
+#[test]
+fn exec_runs_a_case_file_on_a_worker() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = GenSpec::global(4, 2, vec![(5, 40), (0, 7), (1, 300)], 3);
+    spec.rel_extent = 256;
+    spec.padding_rows = 2;
+    let problem = generate(&spec).unwrap();
+    let case = dir.path().join("case.safetensors");
+    write_case(&case, &problem, &CaseMeta::of(&problem)).unwrap();
+    let out_file = dir.path().join("out.safetensors");
+    let out = relattn_env(
+        &[
+            "exec",
+            "--impl",
+            "numpy",
+            "--path",
+            "numpy",
+            "--input",
+            case.to_str().unwrap(),
+            "--output",
+            out_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("numpy/numpy on worker numpy"),
+        "{}",
+        text(&out.stdout)
+    );
+    let got = read_impl_output(&out_file, [problem.total_rows(), 4, problem.head_dim]).unwrap();
+    let reference = fast::attention(&problem);
+    for ((t, h, c), r) in reference.out.indexed_iter() {
+        if reference.row(t) >= problem.real_rows() {
+            continue;
+        }
+        let g = got[[reference.row(t), h, c]] as f64;
+        assert!((g - r).abs() < 1e-4, "{t}:{h}:{c}: {g} vs {r}");
+    }
+    // Padding rows come back as the worker's NaN poison.
+    assert!(got
+        .outer_iter()
+        .skip(problem.real_rows())
+        .all(|r| r.iter().all(|x| x.is_nan())));
+    // A path the worker does not have.
+    let out = relattn_env(
+        &[
+            "exec",
+            "--impl",
+            "numpy",
+            "--path",
+            "vllm_op",
+            "--input",
+            case.to_str().unwrap(),
+            "--output",
+            out_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("has no path `vllm_op`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// vLLM 0.33.0's files for routing, fetched once into the target folder (or `RELATTN_VLLM_ROOT`).
+fn vllm_root() -> PathBuf {
+    if let Ok(root) = std::env::var("RELATTN_VLLM_ROOT") {
+        return PathBuf::from(root);
+    }
+    let dest = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vllm-0.33.0");
+    let out = Command::new("bash")
+        .arg(repo().join("adapters/fetch_vllm.sh"))
+        .arg(&dest)
+        .output()
+        .expect("bash runs");
+    assert!(
+        out.status.success(),
+        "vLLM 0.33.0's wheel is needed for the routing check and could not be fetched: {}",
+        text(&out.stderr)
+    );
+    dest
+}
+
+#[test]
+fn vllm_0_33_0_routing_shows_the_released_defect() {
+    python_ready();
+    let root = vllm_root();
+    let out = relattn_env(
+        &["route", "--check", "--impl", "vllm", "--json"],
+        &[("RELATTN_VLLM_ROOT", root.to_str().unwrap())],
+    );
+    no_panic(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["worker"]["name"], "vllm");
+    let caps = v["capabilities"].as_array().unwrap();
+    let get = |cc: &str| caps.iter().find(|c| c["cc"] == cc).unwrap();
+    for cc in ["9.0", "10.0", "10.3", "11.0"] {
+        let c = get(cc);
+        assert_eq!(c["shapes"], 2160, "{cc}");
+        assert_eq!(c["agree"], 2160, "SM {cc} must agree on every shape: {c}");
+    }
+    for cc in ["8.0", "8.6", "8.7", "8.9"] {
+        let c = get(cc);
+        assert_eq!(c["disagree"], 2160, "SM {cc}: {c}");
+        assert_eq!(c["classes"]["family_misclassified"], 2160, "{cc}");
+        assert!(
+            c["classes"]["split_kv_without_support"].as_u64().unwrap() > 0,
+            "{cc}"
+        );
+    }
+    for cc in ["12.0", "12.1"] {
+        let c = get(cc);
+        assert_eq!(c["disagree"], 2160, "SM {cc}: {c}");
+        assert_eq!(c["classes"]["unsupported_not_rejected"], 2160, "{cc}");
+        assert!(c["example"]["shape"].is_object());
+    }
+}
+
+#[test]
+fn route_check_needs_a_worker_with_routing() {
+    python_ready();
+    let out = relattn_env(&["route", "--check", "--impl", "numpy"], &[]);
+    no_panic(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("has no routing"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = relattn_env(&["route", "--check"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_workers_own_tests_pass() {
+    python_ready();
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "unittest",
+            "discover",
+            "-s",
+            "adapters/tests",
+            "-t",
+            "adapters",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,56 @@
+//! Output files of an implementation under test (`relattn exec`, worker protocol): one tensor
+//! `out` `[T, H, D]`, F32 or the case's dtype (BF16, F16), padding rows included.
+
+use super::tensors::{float_tensor, read_bytes, write_file, Reader};
+use super::CaseFileError;
+use crate::dtype::DType;
+use ndarray::Array3;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Write `out` as F32.
+pub fn write_impl_output(path: impl AsRef<Path>, out: &Array3<f32>) -> Result<(), CaseFileError> {
+    let tensor = float_tensor(out.iter().copied(), DType::F32, out.shape().to_vec());
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    write_file(path.as_ref(), vec![("out", tensor)], metadata)
+}
+
+/// Read `out`, which must have shape `expected` (`[T, H, D]` of the case). The file's size is
+/// checked against the shape before it is read, so a wrong or huge file costs no memory.
+pub fn read_impl_output(
+    path: impl AsRef<Path>,
+    expected: [usize; 3],
+) -> Result<Array3<f32>, CaseFileError> {
+    let path = path.as_ref();
+    let elements = expected.iter().product::<usize>();
+    // 4 bytes per element at most, plus a header far below 1 MiB.
+    let limit = elements.saturating_mul(4).saturating_add(1 << 20) as u64;
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.len() > limit {
+            return Err(CaseFileError::Mismatch {
+                path: path.to_path_buf(),
+                what: format!(
+                    "{} bytes is more than an `out` of shape {expected:?} can take ({limit} at most)",
+                    meta.len()
+                ),
+            });
+        }
+    }
+    let bytes = read_bytes(path)?;
+    let r = Reader::new(path, &bytes)?;
+    let view = r.tensor("out", 3, "[T, H, D]")?;
+    if view.shape() != expected {
+        return Err(CaseFileError::Shape {
+            path: r.path(),
+            tensor: "out",
+            actual: view.shape().to_vec(),
+            expected: format!("{expected:?} (the case's [T, H, D])"),
+        });
+    }
+    let dtype = r.case_dtype("out", &view)?;
+    let values = r.floats("out", &view, dtype, "F32, BF16 or F16")?;
+    Array3::from_shape_vec(expected, values).map_err(|e| CaseFileError::Mismatch {
+        path: r.path(),
+        what: e.to_string(),
+    })
+}
