@@ -99,7 +99,8 @@ impl GenSpec {
     ) -> GenSpec {
         GenSpec {
             rel_extent: extent,
-            window_left: extent as i64 - 1,
+            // Extents past i64 are out of range (`size` refuses them); no overflow here.
+            window_left: i64::try_from(extent).map_or(i64::MAX, |e| e - 1),
             ..GenSpec::global(num_heads, num_kv_heads, requests, seed)
         }
     }
@@ -176,7 +177,8 @@ impl GenSpec {
 /// permutation, stream `1 + block` for the cache contents of each physical block (so large
 /// caches are generated in parallel and stay reproducible).
 pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
-    spec.size()?.check_bytes("the case", max_case_bytes())?;
+    spec.size()?
+        .check_bytes("the case in memory", max_case_bytes())?;
     for (b, &(lq, lk)) in spec.requests.iter().enumerate() {
         match (i32::try_from(lq), i32::try_from(lk)) {
             (Ok(q_len), Ok(kv_len)) if lq > lk => {

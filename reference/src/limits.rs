@@ -112,10 +112,10 @@ pub enum LimitError {
         why: &'static str,
     },
     #[error(
-        "{what} needs {} in memory, over the limit of {} ({}; set another with --max-case-bytes)",
+        "{what} takes {}, over the limit of {} ({})",
         Bytes(*bytes),
         Bytes(*limit),
-        limit_origin()
+        limit_origin(*limit)
     )]
     TooLarge {
         what: String,
@@ -157,7 +157,7 @@ impl CaseSize {
             .saturating_mul(4)
     }
 
-    /// Refuse the case, named `what`, when its bytes exceed `limit`.
+    /// Refuse the case, named `what` (e.g. "the case in memory"), when its bytes exceed `limit`.
     pub fn check_bytes(&self, what: impl Into<String>, limit: u64) -> Result<(), LimitError> {
         check_bytes(what, self.bytes(), limit)
     }
@@ -215,13 +215,18 @@ pub fn default_max_case_bytes() -> u64 {
     memory_bytes().0 / MEMORY_FRACTION
 }
 
-fn limit_origin() -> String {
+/// Where a limit comes from, for messages.
+fn limit_origin(limit: u64) -> String {
     match MAX_CASE_BYTES.load(Ordering::Relaxed) {
-        0 => {
+        0 if limit == default_max_case_bytes() => {
             let (bytes, source) = memory_bytes();
-            format!("1/{MEMORY_FRACTION} of {}, {source}", Bytes(bytes))
+            format!(
+                "1/{MEMORY_FRACTION} of {}, {source}; raise it with --max-case-bytes",
+                Bytes(bytes)
+            )
         }
-        _ => "as set".to_string(),
+        n if n == limit => "set with --max-case-bytes".to_string(),
+        _ => "the limit given".to_string(),
     }
 }
 
@@ -319,7 +324,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            msg.contains("case x needs") && msg.contains("--max-case-bytes"),
+            msg.contains("case x takes 1604 bytes") && msg.contains("the limit given"),
             "{msg}"
         );
     }

@@ -11,6 +11,7 @@ use relattn_kernels::capability::NvmlSource;
 use relattn_kernels::gpu::{self, CompilePlan, Geometry, Gpu, GpuError, Splits, Variant};
 use relattn_kernels::routing::PathId;
 use relattn_reference::casefile::read_case;
+use relattn_reference::files::{same_file, write_atomic};
 use relattn_reference::transform::with_layout;
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if same_file(&args.input, &args.output) {
+        return Err(usage(format!(
+            "--output {} is the input file: write the output to another file",
+            args.output.display()
+        )));
+    }
     let case = read_case(&args.input).map_err(|e| usage(e.to_string()))?;
     let problem = if case.problem.layout == case.meta.cache_layout {
         case.problem
@@ -118,12 +125,13 @@ pub fn write_f32_safetensors(
     });
     let mut header = serde_json::to_vec(&header)?;
     header.resize(header.len().div_ceil(8) * 8, b' ');
-    let mut file = Vec::with_capacity(8 + header.len() + bytes);
-    file.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    file.extend_from_slice(&header);
-    for v in values {
-        file.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, file)?;
+    write_atomic(path, |w| {
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
+        for v in values {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        Ok(())
+    })?;
     Ok(())
 }

@@ -154,7 +154,7 @@ pub fn read_case_limited(path: impl AsRef<Path>, limit: u64) -> Result<CaseFile,
         ("cu_seqlens_q", cu_seqlens_q.shape()),
     ];
     case_size(&shapes)
-        .and_then(|size| size.check_bytes("the case", limit))
+        .and_then(|size| size.check_bytes("the case in memory", limit))
         .map_err(|error| CaseFileError::Limit {
             path: r.path(),
             error,

@@ -102,7 +102,12 @@ pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> 
     }
     // out and out_lp as f64, lse: every factor is in range, so this cannot overflow.
     let cells = (s[0] * s[1]) as u64;
-    check_bytes("the output", cells * (2 * s[2] as u64 + 1) * 8, limit).map_err(limit_error)?;
+    check_bytes(
+        "the output in memory",
+        cells * (2 * s[2] as u64 + 1) * 8,
+        limit,
+    )
+    .map_err(limit_error)?;
     // Dtypes first: a wrong dtype usually explains a wrong shape too.
     let out_values = r.f64s("out", &out)?;
     let lse_values = r.f64s("lse", &lse)?;

@@ -128,13 +128,13 @@ fn the_byte_limit_bounds_the_file_and_the_tensors() {
         "{err:?}"
     );
     assert!(
-        msg.contains("the file needs") && msg.contains("--max-case-bytes"),
+        msg.contains("the file takes") && msg.contains("the limit given"),
         "{msg}"
     );
     // The file fits, its tensors in memory (f32, twice the bf16 bytes) do not.
     let (err, msg) = limit_err(&path, file_len);
     assert!(matches!(err, LimitError::TooLarge { .. }), "{err:?}");
-    assert!(msg.contains("the case needs"), "{msg}");
+    assert!(msg.contains("the case in memory takes"), "{msg}");
     // Empty tensors whose shapes claim gigabytes count at their claimed size.
     let (_dir, path, _) = case_file();
     replace_with(
