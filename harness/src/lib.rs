@@ -1,5 +1,6 @@
 //! relattn-harness: the `relattn` command's library part, shared with the `trials` test target.
 
+pub mod args;
 pub mod bench;
 pub mod cmd;
 pub mod execute;
@@ -7,6 +8,7 @@ pub mod exit;
 pub mod gpu_exec;
 pub mod gpu_status;
 pub mod judge;
+pub mod output;
 pub mod plan;
 pub mod runner;
 pub mod selfcheck;

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use relattn_harness::cmd;
 use relattn_harness::exit;
+use relattn_harness::output;
 use relattn_kernels::gpu;
 use std::process::ExitCode;
 
@@ -15,6 +16,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Largest case to read or generate: the bytes of its tensors in memory (and of a case
+    /// file on disk); e.g. 64M or 2G [default: 1/8 of the machine's memory].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = relattn_harness::args::parse_bytes)]
+    max_case_bytes: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,6 +49,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    output::exit_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -56,6 +62,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Some(bytes) = cli.max_case_bytes {
+        relattn_reference::limits::set_max_case_bytes(bytes);
+    }
     // A malformed build-target override is a usage error for every command that compiles.
     let compiles = matches!(
         cli.command,

@@ -227,5 +227,11 @@ fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Cas
             )));
         }
     }
+    // Before anything is generated: a case too large for this machine is refused with the limit.
+    let limit = relattn_reference::limits::max_case_bytes();
+    for case in &cases {
+        case.check_bytes(limit)
+            .map_err(|e| crate::exit::usage(format!("matrix `{matrix}`: {e}")))?;
+    }
     Ok(cases.into_iter().map(Arc::new).collect())
 }

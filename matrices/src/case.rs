@@ -5,6 +5,7 @@ use crate::layer::Layer;
 use crate::split::SplitSetting;
 use crate::tolerance::Tolerance;
 use crate::PATHS;
+use relattn_reference::limits::LimitError;
 use relattn_reference::{BiasMode, GenSpec, PageMode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -120,6 +121,13 @@ impl Case {
             PageMode::AllZero => 1 + self.spec.spare_pages,
         };
         2 * (blocks * page * self.spec.num_kv_heads * self.spec.head_dim) as u64
+    }
+
+    /// Refuse the case when, generated, it would take more than `limit` bytes in memory (the
+    /// case-byte limit, `relattn_reference::limits::max_case_bytes`).
+    pub fn check_bytes(&self, limit: u64) -> Result<(), LimitError> {
+        let what = format!("case {} ({}) in memory", self.id, self.name);
+        self.spec.size()?.check_bytes(what, limit)
     }
 
     /// The trial name of (path, split): `gpu::{path}::{name}::{split}::{id}`.

@@ -56,6 +56,35 @@ pub enum MatrixError {
         second: String,
     },
 
+    #[error("{file}: the file has {bytes} bytes, more than a matrix file may have ({limit})")]
+    FileTooLarge {
+        file: String,
+        bytes: u64,
+        limit: u64,
+    },
+
+    /// Counted before anything is expanded.
+    #[error(
+        "{file}: {what}: the matrix would expand to {count} {unit}, more than the limit of \
+         {limit}; split it into several files or shrink an axis"
+    )]
+    TooMany {
+        file: String,
+        what: String,
+        count: u64,
+        unit: &'static str,
+        limit: u64,
+    },
+
+    /// A case out of the operator's ranges (`relattn_reference::limits`).
+    #[error("{file}: {key}: {case}: {error}")]
+    Limit {
+        file: String,
+        key: String,
+        case: String,
+        error: Box<relattn_reference::limits::LimitError>,
+    },
+
     #[error("bad shard `{value}`: {reason} (write K/N with 1 <= K <= N, e.g. 2/8)")]
     Shard { value: String, reason: String },
 }

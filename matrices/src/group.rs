@@ -1,11 +1,13 @@
 //! A matrix file's `[[group]]`: its axes as written, and the check that turns them into values.
 
+use crate::count::{product, MAX_CASES, MAX_FORCED_SPLITS, MAX_SPLIT_SETTINGS, MAX_TRIALS};
 use crate::error::MatrixError;
 use crate::layer::Layer;
 use crate::mixes::{mix, Mix, MIXES};
 use crate::split::SplitSetting;
-use crate::REGRESSION_CLASSES;
-use relattn_reference::{BiasMode, CacheLayout, DType};
+use crate::{PATHS, REGRESSION_CLASSES};
+use relattn_reference::limits::Dim;
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec};
 use serde::Deserialize;
 
 /// A `[[group]]`: the cartesian product of its axes. Only `layers`, `heads` and `mixes` are
@@ -14,7 +16,8 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGroup {
     layers: Vec<String>,
-    heads: Vec<[usize; 2]>,
+    /// `[H, Hkv]` pairs; read as lists so that a pair of the wrong length is an error, not cut.
+    heads: Vec<Vec<usize>>,
     mixes: Vec<String>,
     #[serde(default = "default_head_dims")]
     head_dims: Vec<usize>,
@@ -117,6 +120,34 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
     non_empty("splits", g.splits.len())?;
     non_empty("seeds", g.seeds.len())?;
     non_empty("bias", g.bias.len())?;
+    // Counted from the lengths alone, before anything is parsed or built.
+    let cases = product(&[
+        g.layers.len(),
+        g.heads.len(),
+        g.mixes.len(),
+        g.head_dims.len(),
+        g.page_sizes.len(),
+        g.layouts.len(),
+        g.dtypes.len(),
+        g.bias.len(),
+        g.seeds.len(),
+    ]);
+    if cases > MAX_CASES {
+        return Err(MatrixError::TooMany {
+            file: file.to_string(),
+            what: format!("[[group]] #{index}"),
+            count: cases,
+            unit: "cases",
+            limit: MAX_CASES,
+        });
+    }
+    if g.splits.len() > MAX_SPLIT_SETTINGS {
+        return Err(bad(
+            "splits",
+            &format!("a list of {} settings", g.splits.len()),
+            &format!("a group has at most {MAX_SPLIT_SETTINGS} split settings"),
+        ));
+    }
 
     let quoted = |s: &String| format!("{s:?}");
     let mut layers = Vec::new();
@@ -126,8 +157,24 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
                 .map_err(|e| bad("layers", &quoted(s), &e))?,
         );
     }
-    for &[h, hkv] in &g.heads {
-        let v = format!("[{h}, {hkv}]");
+    let mut heads = Vec::new();
+    for pair in &g.heads {
+        let v = format!("{pair:?}");
+        let &[h, hkv] = pair.as_slice() else {
+            return Err(bad(
+                "heads",
+                &v,
+                &format!(
+                    "a head pair is [H, Hkv], two numbers; this one has {}",
+                    pair.len()
+                ),
+            ));
+        };
+        for (dim, x) in [(Dim::Heads, h), (Dim::KvHeads, hkv)] {
+            dim.check("a head count", x as u128)
+                .map_err(|e| bad("heads", &v, &e.to_string()))?;
+        }
+        heads.push((h, hkv));
         if h == 0 || hkv == 0 || !h.is_multiple_of(hkv) {
             return Err(bad(
                 "heads",
@@ -146,11 +193,17 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
         if d == 0 {
             return Err(bad("head_dims", &d, "a head dim must be at least 1"));
         }
+        Dim::HeadDim
+            .check("the head dim", d as u128)
+            .map_err(|e| bad("head_dims", &d, &e.to_string()))?;
     }
     for &p in &g.page_sizes {
         if p == 0 {
             return Err(bad("page_sizes", &p, "a page holds at least one token"));
         }
+        Dim::PageSize
+            .check("the page size", p as u128)
+            .map_err(|e| bad("page_sizes", &p, &e.to_string()))?;
     }
     let mut layouts = Vec::new();
     for s in &g.layouts {
@@ -175,6 +228,13 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
                 .parse::<SplitSetting>()
                 .map_err(|e| bad("splits", &quoted(t), &e)),
         }?;
+        if let Some(n) = parsed.forced().filter(|&n| n > MAX_FORCED_SPLITS) {
+            return Err(bad(
+                "splits",
+                &n,
+                &format!("a forced split count is at most {MAX_FORCED_SPLITS}"),
+            ));
+        }
         if !splits.contains(&parsed) {
             splits.push(parsed);
         }
@@ -198,6 +258,15 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
     if g.sample_rows == Some(0) {
         return Err(bad("sample_rows", &0, "sample at least one row"));
     }
+    if let Some(n) = g.sample_rows {
+        Dim::SampleRows
+            .check("sample_rows", n as u128)
+            .map_err(|e| bad("sample_rows", &n, &e.to_string()))?;
+    }
+    let spare_pages = g.spare_pages.unwrap_or(1);
+    Dim::Blocks
+        .check("spare_pages", spare_pages as u128)
+        .map_err(|e| bad("spare_pages", &spare_pages, &e.to_string()))?;
     if let Some(s) = g.scale {
         if !(s.is_finite() && s > 0.0) {
             return Err(bad(
@@ -214,9 +283,22 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
             return Err(bad("regression", &quoted(class), &reason));
         }
     }
+    check_lengths(file, index, &layers, &mixes, &g.page_sizes, spare_pages)?;
+    let trials = cases
+        .saturating_mul(splits.len() as u64)
+        .saturating_mul(PATHS.len() as u64);
+    if trials > MAX_TRIALS {
+        return Err(MatrixError::TooMany {
+            file: file.to_string(),
+            what: format!("[[group]] #{index}"),
+            count: trials,
+            unit: "trials (cases x split settings x paths)",
+            limit: MAX_TRIALS,
+        });
+    }
     Ok(Group {
         layers,
-        heads: g.heads.iter().map(|&[h, k]| (h, k)).collect(),
+        heads,
         mixes,
         head_dims: g.head_dims,
         page_sizes: g.page_sizes,
@@ -225,10 +307,82 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
         splits,
         seeds: g.seeds,
         bias,
-        spare_pages: g.spare_pages.unwrap_or(1),
+        spare_pages,
         poison: g.poison.unwrap_or(true),
         sample_rows: g.sample_rows,
         scale: g.scale,
         regression: g.regression,
     })
+}
+
+impl Group {
+    /// Cases of the group's product (before merging duplicates), counted, not built.
+    pub(crate) fn case_count(&self) -> u64 {
+        product(&[
+            self.layers.len(),
+            self.heads.len(),
+            self.mixes.len(),
+            self.head_dims.len(),
+            self.page_sizes.len(),
+            self.layouts.len(),
+            self.dtypes.len(),
+            self.bias.len(),
+            self.seeds.len(),
+        ])
+    }
+
+    /// Trials of the group: cases x split settings x GPU paths.
+    pub(crate) fn trial_count(&self) -> u64 {
+        self.case_count()
+            .saturating_mul(self.splits.len() as u64)
+            .saturating_mul(PATHS.len() as u64)
+    }
+}
+
+/// The lengths each (layer, mix, page size) of a group gives its cases (rows, `Lk`, blocks,
+/// block-table width) against the operator's int32 ranges, so that no case fails late, as a
+/// negative `seqused_k`, when it is generated. Heads and head dims are checked on their own.
+fn check_lengths(
+    file: &str,
+    index: usize,
+    layers: &[Layer],
+    mixes: &[&'static Mix],
+    page_sizes: &[usize],
+    spare_pages: usize,
+) -> Result<(), MatrixError> {
+    let key_of = |field: &'static str| {
+        match field {
+            "rel_extent" => "layers",
+            "page_size" => "page_sizes",
+            "requests" => "mixes",
+            "padding_rows" => "the mix's padding rows",
+            other => other,
+        }
+        .to_string()
+    };
+    for &layer in layers {
+        for mix in mixes {
+            let shape = mix.shape(layer);
+            for &page_size in page_sizes {
+                let spec = GenSpec {
+                    rel_extent: layer.extent,
+                    window_left: layer.window_left,
+                    page_size,
+                    requests: shape.requests.clone(),
+                    padding_rows: shape.padding_rows,
+                    pages: shape.pages,
+                    spare_pages,
+                    ..GenSpec::global(1, 1, Vec::new(), 0)
+                };
+                spec.size_with(&key_of)
+                    .map_err(|error| MatrixError::Limit {
+                        file: file.to_string(),
+                        key: format!("[[group]] #{index}"),
+                        case: format!("layer {layer}, mix {}, page size {page_size}", mix.name),
+                        error: Box::new(error),
+                    })?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! Layer kinds: global (no window) or local (window `window_left`), each with its extent `E`.
 
+use relattn_reference::limits::Dim;
 use std::fmt;
 use std::str::FromStr;
 
@@ -19,10 +20,11 @@ impl Layer {
     }
 
     /// The model's local layer: window `extent - 1`, so every visible key carries a bias.
+    /// (Extents past i64 are refused when a name is parsed; here they saturate.)
     pub fn local(extent: usize) -> Layer {
         Layer {
             extent,
-            window_left: extent as i64 - 1,
+            window_left: i64::try_from(extent).map_or(i64::MAX, |e| e - 1),
         }
     }
 
@@ -77,6 +79,10 @@ impl FromStr for Layer {
         if layer.extent == 0 {
             return Err("the extent E must be at least 1".to_string());
         }
+        // Checked before the layer is used: `local_e<2^64 - 1>` must not become a global layer.
+        Dim::Extent
+            .check("the extent E", layer.extent as u128)
+            .map_err(|e| e.to_string())?;
         Ok(layer)
     }
 }
@@ -106,5 +112,23 @@ mod tests {
         );
         assert!("local_e512_w9223372036854775808".parse::<Layer>().is_err());
         assert!("local_e512_w-3".parse::<Layer>().is_err());
+    }
+
+    #[test]
+    fn extents_past_int32_are_refused_not_read_as_global() {
+        assert_eq!(
+            "local_e2147483647".parse::<Layer>().unwrap().window_left,
+            2147483646
+        );
+        for name in [
+            "local_e2147483648",
+            "local_e18446744073709551615",
+            "global_e4294967296",
+            "local_e18446744073709551615_w5",
+        ] {
+            let err = name.parse::<Layer>().unwrap_err();
+            assert!(err.contains("out of range 1..=2147483647"), "{name}: {err}");
+        }
+        assert_eq!(Layer::local(usize::MAX).window_left, i64::MAX);
     }
 }

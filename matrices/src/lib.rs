@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 mod case;
+mod count;
 mod error;
 mod group;
 mod layer;
@@ -17,6 +18,9 @@ mod split;
 mod tolerance;
 
 pub use case::{canonical_form, case_id, Case, TrialPlan, ID_LEN};
+pub use count::{
+    MAX_CASES, MAX_FORCED_SPLITS, MAX_MATRIX_FILE_BYTES, MAX_SPLIT_SETTINGS, MAX_TRIALS,
+};
 pub use error::MatrixError;
 pub use layer::Layer;
 pub use matrix::{Expansion, Matrix, Skip};
@@ -167,10 +171,19 @@ pub fn load_tier(name: &str) -> Result<Matrix, MatrixError> {
 pub fn load_file(path: impl AsRef<Path>) -> Result<Matrix, MatrixError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Io {
+    let io = |source| MatrixError::Io {
         file: file.clone(),
         source,
-    })?;
+    };
+    let bytes = std::fs::metadata(path).map_err(io)?.len();
+    if bytes > MAX_MATRIX_FILE_BYTES {
+        return Err(MatrixError::FileTooLarge {
+            file: file.clone(),
+            bytes,
+            limit: MAX_MATRIX_FILE_BYTES,
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
     let stem = path
         .file_stem()
         .map_or(file.clone(), |s| s.to_string_lossy().into_owned());

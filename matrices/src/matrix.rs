@@ -1,6 +1,7 @@
 //! Matrix files: parsing, checking every value, and expansion into cases.
 
 use crate::case::{bias_name, canonical_form, case_id, Case};
+use crate::count::{MAX_CASES, MAX_TRIALS};
 use crate::error::MatrixError;
 use crate::group::{check_group, Group, RawGroup};
 use crate::layer::Layer;
@@ -81,6 +82,30 @@ impl Matrix {
         let mut groups = Vec::with_capacity(raw.group.len());
         for (i, g) in raw.group.into_iter().enumerate() {
             groups.push(check_group(origin, i + 1, g)?);
+        }
+        // Every group is within the limits; so must all of them together be.
+        let sum = |count: fn(&Group) -> u64| {
+            groups
+                .iter()
+                .fold(0u64, |acc, g| acc.saturating_add(count(g)))
+        };
+        for (count, unit, limit) in [
+            (sum(Group::case_count), "cases", MAX_CASES),
+            (
+                sum(Group::trial_count),
+                "trials (cases x split settings x paths)",
+                MAX_TRIALS,
+            ),
+        ] {
+            if count > limit {
+                return Err(MatrixError::TooMany {
+                    file: origin.to_string(),
+                    what: format!("its {} groups together", groups.len()),
+                    count,
+                    unit,
+                    limit,
+                });
+            }
         }
         Ok(Matrix {
             name: name.to_string(),

@@ -20,6 +20,7 @@ mod output;
 mod tensors;
 
 use crate::dtype::DType;
+use crate::limits::LimitError;
 use crate::output::RefOutput;
 use crate::problem::{CacheLayout, Problem, ProblemError};
 use ndarray::Array3;
@@ -27,7 +28,7 @@ use safetensors::SafeTensorError;
 use std::path::PathBuf;
 use thiserror::Error;
 
-pub use case::{read_case, write_case};
+pub use case::{read_case, read_case_limited, write_case};
 pub use impl_out::{read_impl_output, write_impl_output};
 pub use output::{read_output, write_output};
 
@@ -155,4 +156,8 @@ pub enum CaseFileError {
     Problem { path: PathBuf, error: ProblemError },
     #[error("{}: cannot write: {what}", path.display())]
     Mismatch { path: PathBuf, what: String },
+    /// A size limit (`crate::limits`): a dimension out of the operator's range, or more bytes
+    /// than the case-byte limit.
+    #[error("{}: {error}", path.display())]
+    Limit { path: PathBuf, error: LimitError },
 }

@@ -1,6 +1,7 @@
 //! Seeded realistic inputs (SPEC section 1 "producer facts").
 
 use crate::dtype::DType;
+use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError};
 use ndarray::{Array2, Array3};
 use rand::seq::SliceRandom;
@@ -98,18 +99,86 @@ impl GenSpec {
     ) -> GenSpec {
         GenSpec {
             rel_extent: extent,
-            window_left: extent as i64 - 1,
+            // Extents past i64 are out of range (`size` refuses them); no overflow here.
+            window_left: i64::try_from(extent).map_or(i64::MAX, |e| e - 1),
             ..GenSpec::global(num_heads, num_kv_heads, requests, seed)
         }
     }
 }
 
-/// Build the problem a spec describes. Equal specs give bit-identical problems.
+impl GenSpec {
+    /// Every dimension of the case against its range (`limits::Dim`), then the dimensions that
+    /// size it, computed without overflow. `name` says what a field is called where the spec
+    /// came from (a command-line flag, a matrix key) for messages.
+    pub fn size_with(&self, name: &dyn Fn(&'static str) -> String) -> Result<CaseSize, LimitError> {
+        let n = |x: usize| x as u128;
+        Dim::Heads.check(name("num_heads"), n(self.num_heads))?;
+        Dim::KvHeads.check(name("num_kv_heads"), n(self.num_kv_heads))?;
+        Dim::HeadDim.check(name("head_dim"), n(self.head_dim))?;
+        Dim::Extent.check(name("rel_extent"), n(self.rel_extent))?;
+        Dim::PageSize.check(name("page_size"), n(self.page_size))?;
+        let requests = name("requests");
+        Dim::Batch.check(
+            format!("{requests}: the number of requests"),
+            n(self.requests.len()),
+        )?;
+        let (mut rows, mut pages, mut longest) = (n(self.padding_rows), 0u128, 0u128);
+        for (b, &(lq, lk)) in self.requests.iter().enumerate() {
+            Dim::KvLen.check(format!("{requests}: Lk of request {b}"), n(lk))?;
+            rows += n(lq);
+            let needed = n(lk.div_ceil(self.page_size));
+            pages += needed;
+            longest = longest.max(needed);
+        }
+        let padding = name("padding_rows");
+        Dim::Rows.check(
+            format!("T (the query rows of {requests} and {padding})"),
+            rows,
+        )?;
+        let spare = name("spare_pages");
+        let blocks = match self.pages {
+            PageMode::Shuffled => 1 + pages + n(self.spare_pages),
+            PageMode::AllZero => 1 + n(self.spare_pages),
+        };
+        Dim::Blocks.check(
+            format!("num_blocks (1 + the pages of {requests} + {spare})"),
+            blocks,
+        )?;
+        let max_pages = longest + n(self.spare_pages);
+        Dim::MaxPages.check(
+            format!("max_pages (the longest request's pages + {spare})"),
+            max_pages,
+        )?;
+        // Every value is now within int32, so the casts below are exact.
+        Ok(CaseSize {
+            rows: rows as usize,
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            extent: self.rel_extent,
+            page_size: self.page_size,
+            blocks: blocks as usize,
+            batch: self.requests.len(),
+            max_pages: max_pages as usize,
+        })
+    }
+
+    /// `size_with` naming the fields as `GenSpec` does.
+    pub fn size(&self) -> Result<CaseSize, LimitError> {
+        self.size_with(&|field| field.to_string())
+    }
+}
+
+/// Build the problem a spec describes. Equal specs give bit-identical problems. A spec with a
+/// dimension out of range, or over the case-byte limit in force (`limits::max_case_bytes`), is
+/// refused before anything is allocated.
 ///
 /// Draws come from ChaCha8 seeded with `spec.seed`: stream 0 for q, rel_logits and the page
 /// permutation, stream `1 + block` for the cache contents of each physical block (so large
 /// caches are generated in parallel and stay reproducible).
 pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
+    spec.size()?
+        .check_bytes("the case in memory", max_case_bytes())?;
     for (b, &(lq, lk)) in spec.requests.iter().enumerate() {
         match (i32::try_from(lq), i32::try_from(lk)) {
             (Ok(q_len), Ok(kv_len)) if lq > lk => {

@@ -2,7 +2,8 @@
 //!
 //! `Problem` holds validated inputs; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
-//! `sample` the sampled-row mode and `casefile` the safetensors case and output files.
+//! `sample` the sampled-row mode and `casefile` the safetensors case and output files; `limits`
+//! holds the size limits of every input and `files` the one way files are written.
 #![deny(unsafe_code)]
 
 pub mod bench;
@@ -10,7 +11,9 @@ pub mod casefile;
 pub mod dtype;
 pub mod emulate;
 pub mod fast;
+pub mod files;
 pub mod gen;
+pub mod limits;
 pub mod oracle;
 pub mod output;
 pub mod problem;

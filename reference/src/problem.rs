@@ -240,6 +240,9 @@ pub enum ProblemError {
     WindowLeft(i64),
     #[error("softmax_scale = {0} is not finite")]
     Scale(f64),
+    /// A dimension out of the operator's range, or a case over the case-byte limit.
+    #[error(transparent)]
+    Limit(#[from] crate::limits::LimitError),
 }
 
 impl Problem {

@@ -1,5 +1,7 @@
 //! Case and output files: round trips, metadata, and every kind of malformed file.
 
+#[path = "casefile/limits.rs"]
+mod limits;
 #[path = "casefile/malformed.rs"]
 mod malformed;
 #[path = "casefile/output.rs"]

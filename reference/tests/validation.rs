@@ -455,3 +455,91 @@ fn zero_length_request_in_the_middle_is_valid() {
     let p = Problem::new(data).unwrap();
     assert_eq!(p.request(1).q_len, 0);
 }
+
+/// Generation specs are held to the operator's ranges and the case-byte limit before anything
+/// is allocated: every refusal names the field, the value and the range.
+mod gen_limits {
+    use relattn_reference::gen::{generate, GenSpec, PageMode};
+    use relattn_reference::limits::{
+        LimitError, INT32_MAX, MAX_HEADS, MAX_HEAD_DIM, MAX_PAGE_SIZE,
+    };
+    use relattn_reference::ProblemError;
+
+    fn spec() -> GenSpec {
+        GenSpec::global(4, 2, vec![(2, 40), (1, 7)], 0)
+    }
+
+    fn refused(s: &GenSpec) -> String {
+        let err = generate(s).expect_err("an out-of-range spec was generated");
+        assert!(matches!(err, ProblemError::Limit(_)), "{err:?}");
+        err.to_string()
+    }
+
+    #[test]
+    fn each_dimension_at_and_past_its_limit() {
+        type Edit = fn(&mut GenSpec, usize);
+        let fields: [(&str, usize, Edit); 4] = [
+            ("num_heads", MAX_HEADS, |s, v| {
+                s.num_heads = v;
+                s.num_kv_heads = 1;
+            }),
+            ("head_dim", MAX_HEAD_DIM, |s, v| s.head_dim = v),
+            ("page_size", MAX_PAGE_SIZE, |s, v| s.page_size = v),
+            ("rel_extent", INT32_MAX, |s, v| s.rel_extent = v),
+        ];
+        for (name, max, edit) in fields {
+            let mut s = spec();
+            edit(&mut s, max);
+            assert!(s.size().is_ok(), "{name} = {max}");
+            for past in [max + 1, usize::MAX] {
+                edit(&mut s, past);
+                let msg = refused(&s);
+                assert!(msg.contains(&format!("{name} = {past}")), "{msg}");
+                assert!(msg.contains(&format!("..={max}")), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn lengths_and_counts_that_pass_int32_are_refused_not_wrapped() {
+        let mut s = spec();
+        s.requests = vec![(1, INT32_MAX + 1)];
+        assert!(refused(&s).contains("Lk of request 0 = 2147483648"));
+        s.requests = vec![(1, usize::MAX)];
+        assert!(refused(&s).contains("Lk of request 0 = 18446744073709551615"));
+        // Query rows and padding rows add up past int32 (and past usize in a naive sum).
+        let mut s = spec();
+        s.padding_rows = usize::MAX;
+        assert!(refused(&s).contains("T (the query rows"), "{}", refused(&s));
+        let mut s = spec();
+        s.spare_pages = usize::MAX;
+        let msg = refused(&s);
+        assert!(
+            msg.contains("num_blocks") && msg.contains("18446744073709551620"),
+            "{msg}"
+        );
+        // All-zero tables need no block per page, but the spare pages still count.
+        let mut s = spec();
+        s.pages = PageMode::AllZero;
+        s.spare_pages = INT32_MAX;
+        assert!(refused(&s).contains("num_blocks"));
+    }
+
+    #[test]
+    fn the_byte_limit_is_checked_before_generation() {
+        // In range, but 2^31 keys of 1024 KV heads: far over any machine's limit.
+        let mut s = GenSpec::global(1024, 1024, vec![(1, INT32_MAX - 1024)], 0);
+        s.page_size = 4096;
+        s.spare_pages = 0;
+        let size = s.size().unwrap();
+        assert!(size.bytes() > 1 << 50);
+        let start = std::time::Instant::now();
+        let err = generate(&s).unwrap_err();
+        assert!(start.elapsed().as_secs_f64() < 1.0);
+        assert!(
+            matches!(err, ProblemError::Limit(LimitError::TooLarge { .. })),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("--max-case-bytes"), "{err}");
+    }
+}

@@ -23,24 +23,54 @@ pub const FIXED_COLUMNS: [&str; 14] = [
     "message",
 ];
 
-/// Writes every row; parameter columns are the sorted union of the rows' parameter names, empty
-/// where a row lacks one.
+/// The cell of a parameter a row does not have (as PostgreSQL and MySQL write NULL), so that a
+/// parameter with an empty value survives the CSV: `""` is a value, `\N` is no parameter. A
+/// value starting with a backslash is written with one more in front.
+pub const ABSENT_CELL: &str = "\\N";
+
+fn param_cell(value: Option<&String>) -> String {
+    match value {
+        None => ABSENT_CELL.to_string(),
+        Some(v) if v.starts_with('\\') => format!("\\{v}"),
+        Some(v) => v.clone(),
+    }
+}
+
+/// The parameter a cell holds: `None` for [`ABSENT_CELL`].
+fn param_of_cell(cell: &str) -> Option<String> {
+    match cell {
+        ABSENT_CELL => None,
+        c if c.starts_with("\\\\") => Some(c[1..].to_string()),
+        c => Some(c.to_string()),
+    }
+}
+
+/// Writes every row, atomically; parameter columns are the sorted union of the rows' parameter
+/// names, [`ABSENT_CELL`] where a row lacks one.
 pub(crate) fn write_csv(path: &Path, rows: &[Row]) -> Result<(), ReportError> {
     let params: BTreeSet<&str> = rows
         .iter()
         .flat_map(|r| r.params.keys().map(String::as_str))
         .collect();
-    let csv_err = |source| ReportError::Csv {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut w = csv::Writer::from_path(path).map_err(csv_err)?;
+    relattn_reference::files::write_atomic(path, |out| {
+        let mut w = csv::Writer::from_writer(out);
+        write_records(&mut w, &params, rows)?;
+        w.flush()
+    })
+    .map_err(io("write", path))
+}
+
+fn write_records(
+    w: &mut csv::Writer<&mut dyn std::io::Write>,
+    params: &BTreeSet<&str>,
+    rows: &[Row],
+) -> Result<(), csv::Error> {
     let header: Vec<&str> = FIXED_COLUMNS
         .iter()
         .copied()
         .chain(params.iter().copied())
         .collect();
-    w.write_record(&header).map_err(csv_err)?;
+    w.write_record(&header)?;
     let opt = |v: Option<f64>| v.map(format_float).unwrap_or_default();
     for r in rows {
         let mut rec = vec![
@@ -59,18 +89,15 @@ pub(crate) fn write_csv(path: &Path, rows: &[Row]) -> Result<(), ReportError> {
             r.seed.map(|s| s.to_string()).unwrap_or_default(),
             r.message.clone(),
         ];
-        rec.extend(
-            params
-                .iter()
-                .map(|p| r.params.get(*p).cloned().unwrap_or_default()),
-        );
-        w.write_record(&rec).map_err(csv_err)?;
+        rec.extend(params.iter().map(|p| param_cell(r.params.get(*p))));
+        w.write_record(&rec)?;
     }
-    w.flush().map_err(io("write", path))
+    Ok(())
 }
 
-/// Reads results.csv back. An empty parameter cell means the row lacked that parameter.
-pub(crate) fn read_csv(path: &Path) -> Result<Vec<Row>, ReportError> {
+/// Reads results.csv back, each row with its line. A parameter cell [`ABSENT_CELL`] means the
+/// row lacked that parameter; an empty cell is an empty value.
+pub(crate) fn read_csv(path: &Path) -> Result<Vec<(u64, Row)>, ReportError> {
     let csv_err = |source| ReportError::Csv {
         path: path.to_path_buf(),
         source,
@@ -130,27 +157,30 @@ pub(crate) fn read_csv(path: &Path) -> Result<Vec<Row>, ReportError> {
             .iter()
             .enumerate()
             .filter_map(|(i, name)| {
-                let v = cell(FIXED_COLUMNS.len() + i);
-                (!v.is_empty()).then(|| (name.clone(), v.to_string()))
+                let cell = rec.get(FIXED_COLUMNS.len() + i).unwrap_or(ABSENT_CELL);
+                param_of_cell(cell).map(|v| (name.clone(), v))
             })
             .collect();
-        rows.push(Row {
-            case_id: cell(0).to_string(),
-            trial: cell(1).to_string(),
-            path: cell(2).to_string(),
-            status,
-            max_abs: float(4)?,
-            mean_abs: float(5)?,
-            rel_l2: float(6)?,
-            bound: float(7)?,
-            first_bad: Some(cell(8).to_string()).filter(|s| !s.is_empty()),
-            ms: float(9)?,
-            tflops: float(10)?,
-            gbps: float(11)?,
-            seed,
-            message: cell(13).to_string(),
-            params,
-        });
+        rows.push((
+            line,
+            Row {
+                case_id: cell(0).to_string(),
+                trial: cell(1).to_string(),
+                path: cell(2).to_string(),
+                status,
+                max_abs: float(4)?,
+                mean_abs: float(5)?,
+                rel_l2: float(6)?,
+                bound: float(7)?,
+                first_bad: Some(cell(8).to_string()).filter(|s| !s.is_empty()),
+                ms: float(9)?,
+                tflops: float(10)?,
+                gbps: float(11)?,
+                seed,
+                message: cell(13).to_string(),
+                params,
+            },
+        ));
     }
     Ok(rows)
 }

@@ -43,10 +43,35 @@ pub enum ReportError {
     )]
     NotAReport { path: PathBuf },
     #[error(
-        "architecture directory name {name:?} is not usable: give a plain name such as \
-         \"sm90\", \"sm100\" or \"cpu\""
+        "architecture name {name:?} is not one relattn writes: expected sm<digits> (sm90, \
+         sm100, ...) or cpu"
     )]
     BadArchName { name: String },
+    #[error(
+        "{path}: architecture {name:?} ({origin}) is not one relattn writes: expected \
+         sm<digits> (sm90, sm100, ...) or cpu"
+    )]
+    BadArch {
+        path: PathBuf,
+        name: String,
+        origin: &'static str,
+    },
+    #[error(
+        "{path}: trial {trial} appears twice, on lines {first} and {second}: a report holds \
+         each trial once"
+    )]
+    DuplicateTrial {
+        path: PathBuf,
+        trial: String,
+        first: u64,
+        second: u64,
+    },
+    #[error("{path}: the file has {bytes} bytes, more than a report file may have ({limit})")]
+    TooLarge {
+        path: PathBuf,
+        bytes: u64,
+        limit: u64,
+    },
     #[error(
         "trial {trial} ({arch}) appears in {first} and {second} with different results \
          ({field} differs); merge only shards of one run, or drop one of the directories"

@@ -7,7 +7,9 @@
 //! - `summary.json`: [`Summary`] (schema version, environment, counts, worst ratios, timings);
 //! - `summary.md`: tables a person reads; `junit.xml`: for CI test views.
 //!
-//! This crate knows nothing of the other relattn crates: paths and parameters are strings.
+//! This crate knows nothing of the other relattn crates (paths and parameters are strings); it
+//! only writes its files through `relattn_reference::files::write_atomic`, as every relattn
+//! file is written.
 #![deny(unsafe_code)]
 
 mod csv_io;
@@ -22,12 +24,12 @@ mod row;
 mod summary;
 mod writer;
 
-pub use csv_io::FIXED_COLUMNS;
+pub use csv_io::{ABSENT_CELL, FIXED_COLUMNS};
 pub use diff::{diff, DiffOptions, DiffResult, ErrorGrowth, Slowdown, StatusChange, TrialRef};
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
 pub use junit::{escape_attr, escape_text};
-pub use load::{load, load_arch, ArchReport, Report};
+pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES};
 pub use merge::merge;
 pub use row::{Row, Status};
 pub use summary::{PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};

@@ -28,11 +28,18 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Report, ReportError> {
             by_arch.entry(arch.clone()).or_default().push(a);
         }
     }
-    let mut archs = BTreeMap::new();
+    // Every architecture is merged before anything is written: a conflict leaves `out` as it
+    // was. Architecture names were checked when the inputs were read (`sm<digits>`, `cpu`), so
+    // `out.join(arch)` stays inside `out`.
+    let mut merged = Vec::with_capacity(by_arch.len());
     for (arch, parts) in by_arch {
         let rows = merge_rows(&arch, &parts)?;
         let environment = merge_environment(&parts);
         let complete = parts.iter().all(|p| p.complete);
+        merged.push((arch, rows, environment, complete));
+    }
+    let mut archs = BTreeMap::new();
+    for (arch, rows, environment, complete) in merged {
         let dir = out.join(&arch);
         write_outputs(&dir, &arch, environment.clone(), &rows, complete, true)?;
         archs.insert(

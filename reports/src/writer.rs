@@ -7,6 +7,7 @@ use crate::row::Row;
 use crate::summary::Summary;
 use crate::{junit, markdown};
 use crate::{JUNIT_XML, RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON, SUMMARY_MD};
+use relattn_reference::files;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,14 +30,18 @@ pub struct ReportWriter {
     log: File,
 }
 
+/// Whether `name` is an architecture name relattn writes: `cpu`, or `sm` and digits (the
+/// compute capability, `sm90`, `sm100`). Only such names become directories, so a report
+/// read back never names a path outside the directory it is written to.
+pub(crate) fn is_arch_name(name: &str) -> bool {
+    name == "cpu"
+        || name
+            .strip_prefix("sm")
+            .is_some_and(|d| !d.is_empty() && d.len() <= 8 && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
 pub(crate) fn check_arch_name(name: &str) -> Result<(), ReportError> {
-    let ok = !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
+    if is_arch_name(name) {
         Ok(())
     } else {
         Err(ReportError::BadArchName {
@@ -136,17 +141,10 @@ pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<
     write_atomic(path, text.as_bytes())
 }
 
-/// Writes through a temporary file and a rename, so a reader never sees half a file.
+/// Writes through a temporary file and a rename (`files::write_atomic`), so a reader never
+/// sees half a file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let tmp = tmp_path(path);
-    fs::write(&tmp, bytes).map_err(io("write", &tmp))?;
-    fs::rename(&tmp, path).map_err(io("rename into place", path))
-}
-
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
+    files::write_atomic(path, |w| w.write_all(bytes)).map_err(io("write", path))
 }
 
 /// Writes every file of one architecture directory from its rows (and results.jsonl too when
@@ -172,10 +170,7 @@ pub(crate) fn write_outputs(
         }
         write_atomic(&arch_dir.join(RESULTS_JSONL), text.as_bytes())?;
     }
-    let csv_path = arch_dir.join(RESULTS_CSV);
-    let csv_tmp = tmp_path(&csv_path);
-    write_csv(&csv_tmp, rows)?;
-    fs::rename(&csv_tmp, &csv_path).map_err(io("rename into place", &csv_path))?;
+    write_csv(&arch_dir.join(RESULTS_CSV), rows)?;
     let summary = Summary::of(arch, env, rows, complete);
     write_atomic(
         &arch_dir.join(SUMMARY_MD),

@@ -172,7 +172,8 @@ fn push_rows(
     report.rows.extend(rows);
     if let Some(path) = &opts.json {
         let text = report.to_json().context("cannot serialise the report")?;
-        std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))?;
+        relattn_reference::files::write_atomic(path, |w| w.write_all(text.as_bytes()))
+            .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())
 }

@@ -39,8 +39,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("ratio reference / GEMM (1 thread): {:.3}", r.ratio);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&r).context("cannot serialize the report")?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("{}: cannot write", path.display()))?;
+        relattn_reference::files::write_atomic(path, |w| {
+            w.write_all(text.as_bytes())?;
+            w.write_all(b"\n")
+        })
+        .with_context(|| format!("{}: cannot write", path.display()))?;
         println!("wrote {}", path.display());
     }
     Ok(())

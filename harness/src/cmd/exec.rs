@@ -19,6 +19,7 @@ use relattn_kernels::gpu::{self, Geometry, Gpu, Splits};
 use relattn_kernels::routing::PathId;
 use relattn_matrices::SplitSetting;
 use relattn_reference::casefile::{read_case, write_impl_output};
+use relattn_reference::files::same_file;
 use relattn_reference::transform::with_layout;
 use relattn_reference::Problem;
 use std::path::PathBuf;
@@ -56,6 +57,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if same_file(&args.input, &args.output) {
+        return Err(usage(format!(
+            "--output {} is the input file: write the output to another file",
+            args.output.display()
+        )));
+    }
     let case = read_case(&args.input).map_err(|e| usage(e.to_string()))?;
     let problem = if case.problem.layout == case.meta.cache_layout {
         case.problem

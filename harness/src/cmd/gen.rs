@@ -9,6 +9,7 @@ use crate::exit::usage;
 use anyhow::Context;
 use relattn_reference::casefile::{write_case, CaseMeta};
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
+use relattn_reference::limits::max_case_bytes;
 use relattn_reference::{CacheLayout, DType};
 use std::path::PathBuf;
 
@@ -258,7 +259,8 @@ fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
         None => GLOBAL_EXTENT,
     };
     let window_left = if local {
-        rel_extent as i64 - 1
+        // An extent past i64 is refused by `check`; it must not overflow here first.
+        i64::try_from(rel_extent).map_or(i64::MAX, |e| e - 1)
     } else {
         a.window_left.unwrap_or(if a.preset.is_some() {
             base.window_left
@@ -295,19 +297,26 @@ fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
     })
 }
 
-/// Checks with the command's own flag names, before any generation work.
+/// The flag that sets a `GenSpec` field, for messages.
+fn flag_of(field: &'static str) -> String {
+    let flag = match field {
+        "num_heads" => "--heads",
+        "num_kv_heads" => "--kv-heads",
+        "head_dim" => "--head-dim",
+        "rel_extent" => "--extent",
+        "page_size" => "--page-size",
+        "padding_rows" => "--padding-rows",
+        "spare_pages" => "--spare-pages",
+        "requests" => "--requests",
+        other => other,
+    };
+    flag.to_string()
+}
+
+/// Checks with the command's own flag names, before any generation work: every dimension in
+/// its range (`limits::Dim`), then the case's bytes against the case-byte limit.
 fn check(s: &GenSpec) -> anyhow::Result<()> {
-    for (flag, v) in [
-        ("--heads", s.num_heads),
-        ("--kv-heads", s.num_kv_heads),
-        ("--head-dim", s.head_dim),
-        ("--extent", s.rel_extent),
-        ("--page-size", s.page_size),
-    ] {
-        if v == 0 {
-            return Err(usage(format!("{flag} must be positive, got 0")));
-        }
-    }
+    let size = s.size_with(&flag_of).map_err(|e| usage(e.to_string()))?;
     if !s.num_heads.is_multiple_of(s.num_kv_heads) {
         return Err(usage(format!(
             "--heads {} is not a multiple of --kv-heads {}",
@@ -333,41 +342,9 @@ fn check(s: &GenSpec) -> anyhow::Result<()> {
                  (Lk counts the new tokens, so Lk >= Lq)"
             )));
         }
-        if i32::try_from(lk).is_err() {
-            return Err(usage(format!(
-                "--requests entry {b}: Lk = {lk} exceeds the int32 range"
-            )));
-        }
     }
-    let rows = s
-        .requests
-        .iter()
-        .map(|r| r.0)
-        .sum::<usize>()
-        .checked_add(s.padding_rows);
-    if rows.and_then(|t| i32::try_from(t).ok()).is_none() {
-        return Err(usage(
-            "the total of query and padding rows exceeds the int32 range",
-        ));
-    }
-    // Element counts of the tensors (4 bytes each in memory); refuse sizes that overflow.
-    let t = rows.unwrap_or(0);
-    let pages: usize = s.requests.iter().map(|r| r.1.div_ceil(s.page_size)).sum();
-    let elements = [
-        t.checked_mul(s.num_heads)
-            .and_then(|x| x.checked_mul(s.head_dim + s.rel_extent)),
-        (pages + s.spare_pages + 1)
-            .checked_mul(s.page_size)
-            .and_then(|x| x.checked_mul(s.num_kv_heads))
-            .and_then(|x| x.checked_mul(2 * s.head_dim)),
-    ];
-    if elements
-        .iter()
-        .any(|e| e.and_then(|e| e.checked_mul(4)).is_none())
-    {
-        return Err(usage("the case is too large to hold in memory"));
-    }
-    Ok(())
+    size.check_bytes("the case in memory", max_case_bytes())
+        .map_err(|e| usage(e.to_string()))
 }
 
 fn parse_requests(s: &str) -> Result<Requests, String> {

@@ -25,7 +25,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(matrix) => show(matrix, args.shard.as_deref(), args.skipped)?,
         None => list()?,
     };
-    print!("{text}");
+    crate::output::print(&text)?;
     Ok(())
 }
 

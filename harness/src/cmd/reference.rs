@@ -1,6 +1,8 @@
 //! `relattn reference`: the f64 reference and the same-precision emulation of a case file.
 
+use crate::exit::usage;
 use relattn_reference::casefile::{read_case, write_output};
+use relattn_reference::files::same_file;
 use relattn_reference::{emulate, fast, sample};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,6 +25,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if same_file(&args.input, &args.output) {
+        return Err(usage(format!(
+            "--output {} is the input file: write the reference to another file",
+            args.output.display()
+        )));
+    }
     let case = read_case(&args.input)?;
     let p = &case.problem;
     let rows = args

@@ -66,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         ReportCommand::Show { dir } => {
             let text = relattn_reports::show(&dir).map_err(unreadable)?;
-            print!("{text}");
+            crate::output::print(&text)?;
             Ok(())
         }
     }
@@ -119,9 +119,9 @@ fn diff(base: &Path, new: &Path, options: &DiffOptions, json: bool) -> anyhow::R
     let (b, n) = (load(base)?, load(new)?);
     let result = relattn_reports::diff(&b, &n, options);
     if json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        crate::output::print(&(serde_json::to_string_pretty(&result)? + "\n"))?;
     } else {
-        print!("{}", result.render());
+        crate::output::print(&result.render())?;
     }
     if result.is_regression() {
         return Err(exit::failed(format!(

@@ -95,11 +95,9 @@ fn store(key: &str, cubin: &Arc<Vec<u8>>) {
     }
     if let Some(dir) = cache_dir() {
         if std::fs::create_dir_all(&dir).is_ok() {
-            // Write then rename, so a concurrent reader never sees half a file.
-            let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
-            if std::fs::write(&tmp, cubin.as_slice()).is_ok() {
-                let _ = std::fs::rename(&tmp, dir.join(format!("{key}.cubin")));
-            }
+            // Written atomically, so a concurrent reader never sees half a file.
+            let path = dir.join(format!("{key}.cubin"));
+            let _ = relattn_reference::files::write_atomic(&path, |w| w.write_all(cubin));
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Reader};
 use super::{CaseFile, CaseFileError, CaseMeta, FORMAT_VERSION};
+use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData};
 use ndarray::{Array2, Array3};
 use std::collections::HashMap;
@@ -90,11 +91,18 @@ pub fn write_case(
     write_file(path, tensors, metadata)
 }
 
-/// Read and validate a case file. The caches are placed in a buffer of the layout the file's
+/// Read and validate a case file, under the case-byte limit in force
+/// (`limits::max_case_bytes`). The caches are placed in a buffer of the layout the file's
 /// `cache_layout` asks for (contiguous when absent).
 pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
+    read_case_limited(path, max_case_bytes())
+}
+
+/// `read_case` with the case-byte limit given: the file's size and the bytes its tensors take
+/// in memory (as f32 and i32) must both be at most `limit`.
+pub fn read_case_limited(path: impl AsRef<Path>, limit: u64) -> Result<CaseFile, CaseFileError> {
     let path = path.as_ref();
-    let bytes = read_bytes(path)?;
+    let bytes = read_bytes(path, limit)?;
     let r = Reader::new(path, &bytes)?;
     let meta = read_meta(&r)?;
 
@@ -111,6 +119,12 @@ pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
     let softmax_scale: f64 = r.parse_meta("softmax_scale", scale, "a decimal number")?;
     let extent = r.required_meta("rel_extent")?;
     let rel_extent: usize = r.parse_meta("rel_extent", extent, "a non-negative integer")?;
+    Dim::Extent
+        .check("metadata `rel_extent`", rel_extent as u128)
+        .map_err(|error| CaseFileError::Limit {
+            path: r.path(),
+            error,
+        })?;
     let window = r.required_meta("window_left")?;
     let window_left: i64 = r.parse_meta("window_left", window, "an integer (-1 = no window)")?;
 
@@ -121,13 +135,6 @@ pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
     let block_table = r.tensor("block_table", 2, "[B, max_pages]")?;
     let seqused_k = r.tensor("seqused_k", 1, "[B]")?;
     let cu_seqlens_q = r.tensor("cu_seqlens_q", 1, "[B + 1]")?;
-
-    let dtype = r.case_dtype("q", &q)?;
-    let like_q = "`q`";
-    let q_values = r.floats("q", &q, dtype, like_q)?;
-    let k_values = r.floats("key_cache", &key_cache, dtype, like_q)?;
-    let v_values = r.floats("value_cache", &value_cache, dtype, like_q)?;
-    let rel_values = r.floats("rel_logits", &rel, dtype, like_q)?;
     if value_cache.shape() != key_cache.shape() {
         return Err(CaseFileError::Shape {
             path: r.path(),
@@ -136,6 +143,29 @@ pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
             expected: format!("{:?} (the shape of `key_cache`)", key_cache.shape()),
         });
     }
+    // Every dimension in its range and the bytes under the limit, from the shapes alone:
+    // nothing below allocates or loops more than the limit allows.
+    let shapes = [
+        ("q", q.shape()),
+        ("key_cache", key_cache.shape()),
+        ("rel_logits", rel.shape()),
+        ("block_table", block_table.shape()),
+        ("seqused_k", seqused_k.shape()),
+        ("cu_seqlens_q", cu_seqlens_q.shape()),
+    ];
+    case_size(&shapes)
+        .and_then(|size| size.check_bytes("the case in memory", limit))
+        .map_err(|error| CaseFileError::Limit {
+            path: r.path(),
+            error,
+        })?;
+
+    let dtype = r.case_dtype("q", &q)?;
+    let like_q = "`q`";
+    let q_values = r.floats("q", &q, dtype, like_q)?;
+    let k_values = r.floats("key_cache", &key_cache, dtype, like_q)?;
+    let v_values = r.floats("value_cache", &value_cache, dtype, like_q)?;
+    let rel_values = r.floats("rel_logits", &rel, dtype, like_q)?;
 
     let (t, h, qd) = (q.shape()[0], q.shape()[1], q.shape()[2]);
     let (rt, rh, re) = (rel.shape()[0], rel.shape()[1], rel.shape()[2]);
@@ -205,5 +235,46 @@ fn read_meta(r: &Reader) -> Result<CaseMeta, CaseFileError> {
         case_id: r.meta("case_id").map(str::to_string),
         seed,
         cache_layout,
+    })
+}
+
+/// The case's dimensions from the shapes of its tensors (`(name, shape)` in the order of
+/// `read_case`, ranks already checked), each against its range (`limits::Dim`).
+fn case_size(shapes: &[(&'static str, &[usize]); 6]) -> Result<CaseSize, LimitError> {
+    let axes: [&[(Dim, &str)]; 6] = [
+        &[(Dim::Rows, "T"), (Dim::Heads, "H"), (Dim::HeadDim, "D")],
+        &[
+            (Dim::Blocks, "num_blocks"),
+            (Dim::PageSize, "page_size"),
+            (Dim::KvHeads, "Hkv"),
+            (Dim::HeadDim, "D"),
+        ],
+        &[(Dim::Rows, "T"), (Dim::Heads, "H"), (Dim::Extent, "E")],
+        &[(Dim::Batch, "B"), (Dim::MaxPages, "max_pages")],
+        &[(Dim::Batch, "B")],
+        &[(Dim::Batch, "B + 1")],
+    ];
+    for ((tensor, shape), axes) in shapes.iter().zip(axes) {
+        for (k, ((dim, name), &value)) in axes.iter().zip(shape.iter()).enumerate() {
+            // cu_seqlens_q holds B + 1 entries: its range is the batch's, shifted by one.
+            let value = if *tensor == "cu_seqlens_q" {
+                value.saturating_sub(1)
+            } else {
+                value
+            };
+            dim.check(format!("tensor `{tensor}` dim {k} ({name})"), value as u128)?;
+        }
+    }
+    let [q, cache, rel, table, seqused, _] = shapes.map(|(_, s)| s);
+    Ok(CaseSize {
+        rows: q[0],
+        heads: q[1],
+        kv_heads: cache[2],
+        head_dim: cache[3],
+        extent: rel[2],
+        page_size: cache[1],
+        blocks: cache[0],
+        batch: seqused[0],
+        max_pages: table[1],
     })
 }

@@ -3,6 +3,7 @@
 use super::tensors::{f64_tensor, float_tensor, i32_tensor, read_bytes, write_file, Reader};
 use super::{CaseFileError, OutputFile, FORMAT_VERSION};
 use crate::dtype::DType;
+use crate::limits::{check_bytes, max_case_bytes, Dim};
 use crate::output::RefOutput;
 use ndarray::{Array2, Array3};
 use std::collections::HashMap;
@@ -76,14 +77,37 @@ pub fn write_output(
     write_file(path, tensors, metadata)
 }
 
-/// Read an output file written by `write_output` (or any tool writing the same tensors).
+/// Read an output file written by `write_output` (or any tool writing the same tensors), under
+/// the case-byte limit in force (`limits::max_case_bytes`): the file's size and the bytes of
+/// its tensors in memory (as f64) must both be at most the limit.
 pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> {
     let path = path.as_ref();
-    let bytes = read_bytes(path)?;
+    let limit = max_case_bytes();
+    let bytes = read_bytes(path, limit)?;
     let r = Reader::new(path, &bytes)?;
     let out = r.tensor("out", 3, "[N, H, D]")?;
     let lse = r.tensor("lse", 2, "[N, H]")?;
     let out_lp = r.tensor("out_lp", 3, "[N, H, D]")?;
+    let limit_error = |error| CaseFileError::Limit {
+        path: r.path(),
+        error,
+    };
+    let s = out.shape();
+    for (k, (dim, name)) in [(Dim::Rows, "N"), (Dim::Heads, "H"), (Dim::HeadDim, "D")]
+        .into_iter()
+        .enumerate()
+    {
+        dim.check(format!("tensor `out` dim {k} ({name})"), s[k] as u128)
+            .map_err(limit_error)?;
+    }
+    // out and out_lp as f64, lse: every factor is in range, so this cannot overflow.
+    let cells = (s[0] * s[1]) as u64;
+    check_bytes(
+        "the output in memory",
+        cells * (2 * s[2] as u64 + 1) * 8,
+        limit,
+    )
+    .map_err(limit_error)?;
     // Dtypes first: a wrong dtype usually explains a wrong shape too.
     let out_values = r.f64s("out", &out)?;
     let lse_values = r.f64s("lse", &lse)?;

@@ -2,6 +2,8 @@
 
 use super::{CaseFileError, FORMAT_VERSION};
 use crate::dtype::DType;
+use crate::files::write_atomic;
+use crate::limits::check_bytes;
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors, View};
@@ -85,31 +87,38 @@ pub(super) fn i32_tensor(values: impl Iterator<Item = i32>, shape: Vec<usize>) -
     }
 }
 
-/// Write tensors and string metadata to `path`.
+/// Write tensors and string metadata to `path`, atomically (`files::write_atomic`).
 pub(super) fn write_file(
     path: &Path,
     tensors: Vec<(&'static str, Owned)>,
     metadata: HashMap<String, String>,
 ) -> Result<(), CaseFileError> {
-    safetensors::serialize_to_file(tensors, Some(metadata), path).map_err(|error| match error {
-        safetensors::SafeTensorError::IoError(error) => CaseFileError::Io {
-            path: path.to_path_buf(),
-            action: "cannot write",
-            error,
-        },
-        error => CaseFileError::Serialize {
+    let bytes = safetensors::serialize(tensors, Some(metadata)).map_err(|error| {
+        CaseFileError::Serialize {
             path: path.to_path_buf(),
             error,
-        },
+        }
+    })?;
+    write_atomic(path, |w| w.write_all(&bytes)).map_err(|error| CaseFileError::Io {
+        path: path.to_path_buf(),
+        action: "cannot write",
+        error,
     })
 }
 
-pub(super) fn read_bytes(path: &Path) -> Result<Vec<u8>, CaseFileError> {
-    std::fs::read(path).map_err(|error| CaseFileError::Io {
+/// The whole file, refused before reading when it is larger than `limit` bytes.
+pub(super) fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, CaseFileError> {
+    let io = |error| CaseFileError::Io {
         path: path.to_path_buf(),
         action: "cannot read",
         error,
-    })
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    check_bytes("the file", len, limit).map_err(|error| CaseFileError::Limit {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    std::fs::read(path).map_err(io)
 }
 
 /// A parsed file with checked accessors; every error names the file.

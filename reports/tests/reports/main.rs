@@ -2,5 +2,6 @@
 
 mod common;
 mod diff;
+mod load;
 mod merge;
 mod writer;
