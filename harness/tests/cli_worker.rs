@@ -2,7 +2,8 @@
 //! fault rules through the faulty worker, bad worker commands, `exec` on a worker, and
 //! `route --check` against vLLM 0.33.0's released wheel (fetched by `adapters/fetch_vllm.sh`).
 //!
-//! These need `python3` with numpy (`.ci/run` installs numpy); without it they fail and say so.
+//! These need `python3` with numpy: without numpy in python3, they install it with pip into the
+//! target folder; when that fails they fail and say why.
 
 mod common;
 use common::text;
@@ -19,31 +20,59 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// python3 with numpy, checked once: the workers need both.
-fn python_ready() {
-    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+/// python3 with numpy, checked once: the workers need both. Without numpy, it is installed with
+/// pip into the target folder (nothing outside it changes), and `PYTHONPATH` points there.
+fn python_ready() -> &'static str {
+    static READY: OnceLock<Result<String, String>> = OnceLock::new();
     let r = READY.get_or_init(|| {
+        let has_numpy = |path: &str| {
+            Command::new("python3")
+                .args(["-c", "import numpy"])
+                .env("PYTHONPATH", path)
+                .output()
+                .map(|o| o.status.success())
+        };
+        match has_numpy("") {
+            Ok(true) => return Ok(String::new()),
+            Ok(false) => {}
+            Err(e) => return Err(format!("python3 cannot be started: {e}")),
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-deps");
+        let dir = dir.to_string_lossy().into_owned();
+        if has_numpy(&dir).unwrap_or(false) {
+            return Ok(dir);
+        }
         let out = Command::new("python3")
-            .args(["-c", "import numpy"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(["--target", &dir, "numpy"])
             .output()
-            .map_err(|e| format!("python3 cannot be started: {e}"))?;
-        if out.status.success() {
-            Ok(())
+            .map_err(|e| format!("python3 -m pip cannot be started: {e}"))?;
+        if out.status.success() && has_numpy(&dir).unwrap_or(false) {
+            Ok(dir)
         } else {
             Err(format!(
-                "python3 has no numpy ({}): run `python3 -m pip install numpy` (.ci/run does)",
+                "python3 has no numpy and `pip install --target {dir} numpy` failed: {}",
                 text(&out.stderr).trim()
             ))
         }
     });
-    if let Err(e) = r {
-        panic!("{e}");
+    match r {
+        Ok(path) => path,
+        Err(e) => panic!("{e}"),
     }
 }
 
 fn relattn_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_relattn"));
-    c.args(args).env("RUST_BACKTRACE", "1");
+    c.args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env("PYTHONPATH", python_ready());
     for (k, v) in env {
         c.env(k, v);
     }
