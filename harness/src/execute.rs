@@ -3,7 +3,7 @@
 
 use crate::judge::{judge, Bounds};
 use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
-use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{forced_splits, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
 use ndarray::Array3;
 use relattn_matrices::Case;
@@ -123,6 +123,8 @@ impl CaseStore {
 pub struct Runners<'a> {
     pub native: Option<(&'a dyn Runner, usize)>,
     pub workers: &'a [Arc<dyn Runner>],
+    /// Where failing worker trials keep their case and output files (a report's `failures/`).
+    pub keep: Option<&'a std::path::Path>,
 }
 
 impl<'a> Runners<'a> {
@@ -131,6 +133,7 @@ impl<'a> Runners<'a> {
         Runners {
             native,
             workers: &[],
+            keep: None,
         }
     }
 
@@ -225,8 +228,45 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
             TrialKind::Gpu { target, .. } => Some(target),
             _ => None,
         };
+        let kept = match (target, runners.keep) {
+            (Some(t @ Target::Worker { .. }), Some(dir)) => runners
+                .for_target(t)
+                .and_then(|(r, _)| r.keep(&trial.name, dir)),
+            _ => None,
+        };
+        let exec = match (&kept, target, &trial.kind) {
+            (
+                Some(Kept {
+                    case: Some(file), ..
+                }),
+                Some(Target::Worker { label, path, .. }),
+                TrialKind::Gpu { split, .. },
+            ) => {
+                let splits =
+                    forced_splits(*split).map_or(String::new(), |n| format!(" --splits {n}"));
+                Some(format!(
+                    "relattn exec {label} --path {path} --input {}{splits} --output out.safetensors",
+                    file.display()
+                ))
+            }
+            _ => None,
+        };
+        if let Some(k) = &kept {
+            if let Some(o) = &k.output {
+                row.message = format!("{}; the worker's output: {}", row.message, o.display());
+            }
+            if !k.left_out.is_empty() {
+                row.message = format!("{}; not kept: {}", row.message, k.left_out.join(", "));
+            }
+        }
         let cmd = match trial.case() {
-            Some(c) => reproduce_command(matrix, &c.id, target),
+            Some(c) => {
+                let run = reproduce_command(matrix, &c.id, target);
+                match exec {
+                    Some(e) => format!("{e} (or {run})"),
+                    None => run,
+                }
+            }
             None => format!("cargo test --test trials -- --exact {}", trial.name),
         };
         row.message = format!("{}; reproduce: {cmd}", row.message);

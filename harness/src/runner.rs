@@ -116,6 +116,21 @@ pub trait Runner: Send + Sync {
 
     /// Add software versions and compile checks to a report's environment.
     fn describe(&self, _env: &mut relattn_reports::Environment) {}
+
+    /// Copy the files of `trial` (its case file and output, when this runner has them from its
+    /// last run) into `dir`, so a failure can be replayed outside relattn.
+    fn keep(&self, _trial: &str, _dir: &Path) -> Option<Kept> {
+        None
+    }
+}
+
+/// Files a failing trial left in the report directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub case: Option<std::path::PathBuf>,
+    pub output: Option<std::path::PathBuf>,
+    /// Files not kept, with why (size caps).
+    pub left_out: Vec<String>,
 }
 
 /// The split count a request asks for (`None`: the implementation's own policy).
@@ -126,19 +141,9 @@ pub fn forced_splits(split: SplitSetting) -> Option<usize> {
     }
 }
 
-/// The median of a non-empty list of times.
+/// The median of the finite times of a list.
 pub fn median(times: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = times.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    relattn_reports::median(times.iter().copied().filter(|x| x.is_finite()).collect())
 }
 
 #[cfg(test)]

@@ -180,6 +180,7 @@ impl Session {
         Runners {
             native: self.executor.as_deref().map(|e| (e, slot)),
             workers: &self.worker_runners,
+            keep: None,
         }
     }
 

@@ -200,9 +200,18 @@ fn each_worker_fault_costs_exactly_its_trial() {
         assert_eq!(r["status"], expected, "{trial}: {}", r["message"]);
         let msg = r["message"].as_str().unwrap();
         if expected != "pass" {
+            // The case file is kept with the report, and the first reproduce line replays it.
+            let case = dir
+                .path()
+                .join("cpu/failures")
+                .join(format!("{}.case.safetensors", trial.replace("::", "-")));
+            assert!(case.is_file(), "{trial}: {msg}");
             assert!(
-                msg.contains("reproduce: relattn run --matrix")
-                    && msg.contains("--paths none --impl faulty"),
+                msg.contains(&format!(
+                    "reproduce: relattn exec --impl faulty --path faulty --input {}",
+                    case.display()
+                )) && msg.contains("(or relattn run --matrix")
+                    && msg.contains("--paths none --impl faulty)"),
                 "{msg}"
             );
         }
@@ -234,6 +243,45 @@ fn each_worker_fault_costs_exactly_its_trial() {
     assert!(by("padding").contains("padding"), "{}", by("padding"));
     // The worker's stderr tail comes with an error (the faulty worker says what it planted).
     assert!(by("decode").contains("worker stderr"), "{}", by("decode"));
+    // A kept failure replays with exec, outside the matrix (the fault was planted by mix name,
+    // which exec's request id does not carry, so the worker behaves).
+    let kept = dir
+        .path()
+        .join("cpu/failures")
+        .read_dir()
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.to_string_lossy().contains("-padding-")
+                && p.to_string_lossy().ends_with(".case.safetensors")
+        })
+        .expect("the padding trial's case file is kept");
+    assert!(dir
+        .path()
+        .join("cpu/failures")
+        .read_dir()
+        .unwrap()
+        .any(|e| e
+            .unwrap()
+            .path()
+            .to_string_lossy()
+            .ends_with("-padding-normal-seed1-policy-13b03ffa11.out.safetensors")));
+    let replay = dir.path().join("replay.safetensors");
+    let out = relattn_env(
+        &[
+            "exec",
+            "--impl",
+            "faulty",
+            "--path",
+            "faulty",
+            "--input",
+            kept.to_str().unwrap(),
+            "--output",
+            replay.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
     // The report is complete.
     let summary: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("cpu/summary.json")).unwrap(),

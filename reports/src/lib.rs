@@ -32,7 +32,7 @@ pub use junit::{escape_attr, escape_text};
 pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES};
 pub use merge::merge;
 pub use row::{Row, Status};
-pub use summary::{PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
+pub use summary::{median, PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
 pub use writer::{now, ReportWriter};
 
 use std::path::Path;

@@ -196,7 +196,8 @@ fn pct(value: Option<f64>, peak: Option<f64>) -> Option<f64> {
     Some(value? / peak? * 100.0)
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median of a list (the mean of the middle two for an even count); None when empty.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }

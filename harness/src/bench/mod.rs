@@ -9,6 +9,7 @@ pub mod measure;
 pub mod report;
 pub mod session;
 pub mod shapes;
+pub mod workers;
 
 use relattn_kernels::routing::PathId;
 use std::path::PathBuf;
@@ -72,4 +73,7 @@ pub struct BenchOptions {
     pub budget_s: Option<f64>,
     /// Seconds of wall time one (shape, path) may take (None: no limit).
     pub row_budget_s: Option<f64>,
+    /// Workers whose paths are timed beside the native ones (`--impl`, `--worker`).
+    pub workers: Vec<crate::worker::WorkerSpec>,
+    pub worker_timeout: std::time::Duration,
 }

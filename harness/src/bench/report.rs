@@ -46,6 +46,9 @@ pub struct BenchRow {
     pub floor_ms: Option<f64>,
     /// Which term of the floor is larger: "compute" or "memory".
     pub bound: Option<String>,
+    /// Median time over the fastest native path's on the same shape (1.0: as fast).
+    #[serde(default)]
+    pub vs_native: Option<f64>,
 }
 
 impl BenchRow {
@@ -73,6 +76,7 @@ impl BenchRow {
             gbps_pct_peak: None,
             floor_ms: None,
             bound: None,
+            vs_native: None,
         }
     }
 
@@ -122,6 +126,29 @@ impl BenchRow {
 
     pub fn median_ms(&self) -> Option<f64> {
         self.timing.as_ref().map(|t| t.median_ms)
+    }
+
+    /// One of this project's paths (worker rows are named `<worker>/<path>`).
+    pub fn is_native(&self) -> bool {
+        !self.path.contains('/')
+    }
+}
+
+/// Set every timed row's `vs_native`: its median over the fastest native path's on its shape.
+pub fn fill_vs_native(rows: &mut [BenchRow]) {
+    let fastest = |shape: &str, rows: &[BenchRow]| {
+        rows.iter()
+            .filter(|r| r.shape == shape && r.is_native() && r.status == RowStatus::Ok)
+            .filter_map(BenchRow::median_ms)
+            .min_by(f64::total_cmp)
+    };
+    for i in 0..rows.len() {
+        let best = fastest(&rows[i].shape, rows);
+        let row = &mut rows[i];
+        row.vs_native = match (row.status, row.median_ms(), best) {
+            (RowStatus::Ok, Some(ms), Some(b)) if b > 0.0 => Some(ms / b),
+            _ => None,
+        };
     }
 }
 
@@ -217,7 +244,7 @@ pub fn format_header(r: &BenchReport) -> String {
 /// The column header of the table.
 pub fn format_columns() -> String {
     format!(
-        "{:<16} {:<13} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>6} {:>8} {:>6} {:>9}",
+        "{:<16} {:<22} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>6} {:>8} {:>6} {:>9} {:>8}",
         "shape",
         "path",
         "splits",
@@ -229,17 +256,18 @@ pub fn format_columns() -> String {
         "%peak",
         "GB/s",
         "%peak",
-        "floor ms"
+        "floor ms",
+        "x native"
     )
 }
 
 /// One table line.
 pub fn format_row(row: &BenchRow) -> String {
-    let head = format!("{:<16} {:<13}", row.shape, row.path);
+    let head = format!("{:<16} {:<22}", row.shape, row.path);
     match (&row.timing, row.status) {
         (Some(t), status) => {
             let mut line = format!(
-                "{head} {:>6} {:>4} {:>10.3} {:>10.3} {:>10.3} {} {} {} {} {}",
+                "{head} {:>6} {:>4} {:>10.3} {:>10.3} {:>10.3} {} {} {} {} {} {}",
                 row.num_splits.map_or("-".to_string(), |n| n.to_string()),
                 row.input_sets,
                 t.median_ms,
@@ -250,6 +278,7 @@ pub fn format_row(row: &BenchRow) -> String {
                 opt(row.gbps, 8, 0),
                 opt(row.gbps_pct_peak, 6, 1),
                 opt(row.floor_ms, 9, 3),
+                opt(row.vs_native, 8, 2),
             );
             if status != RowStatus::Ok {
                 let _ = write!(line, "  INVALID: {}", row.message);
@@ -271,7 +300,7 @@ pub fn format_fastest(r: &BenchReport) -> String {
         let ms = row.median_ms().unwrap_or(f64::NAN);
         let _ = write!(
             s,
-            "  {:<16} {:<13} {:>9.3} ms  {} TFLOP/s ({}% of peak)  {} GB/s ({}% of peak)",
+            "  {:<16} {:<22} {:>9.3} ms  {} TFLOP/s ({}% of peak)  {} GB/s ({}% of peak)",
             row.shape,
             row.path,
             ms,

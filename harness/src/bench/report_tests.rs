@@ -160,12 +160,14 @@ fn the_table_shows_every_row_and_the_fastest_paths() {
             "25.0",
             "10",
             "0.2",
-            "2.500"
+            "2.500",
+            "-"
         ]
     );
     assert!(text.contains("INVALID: launch 0 left 3"), "{text}");
     assert!(
-        text.contains("score_mod     unsupported: E % 128 != 0"),
+        text.lines()
+            .any(|l| l.contains(" score_mod ") && l.ends_with("unsupported: E % 128 != 0")),
         "{text}"
     );
     let tail = &text[text.find("fastest path per shape").unwrap()..];
@@ -200,4 +202,34 @@ fn json_carries_device_peaks_and_rows() {
     let back: BenchReport = serde_json::from_str(&text).unwrap();
     assert_eq!((&back.device, back.rows.len()), (&r.device, 5));
     assert_eq!(back.rows[1].timing, r.rows[1].timing);
+}
+
+#[test]
+fn worker_rows_are_compared_with_the_fastest_native_path() {
+    let p = peaks();
+    let f = figures(2e12, 1e8, 2e9);
+    let mut rows = vec![
+        BenchRow::timed("prefill", "score_mod", f, timing(&[10.0]), Some(&p)),
+        BenchRow::timed("prefill", "fallback", f, timing(&[8.0]), Some(&p)),
+        BenchRow::timed("prefill", "vllm/vllm_op", f, timing(&[12.0]), Some(&p)),
+        BenchRow::timed("decode", "vllm/vllm_op", f, timing(&[1.0]), Some(&p)),
+        BenchRow::not_timed(
+            "prefill",
+            "fa4/fa4_score_mod",
+            RowStatus::Unsupported,
+            "x",
+            f,
+        ),
+    ];
+    fill_vs_native(&mut rows);
+    let ratios: Vec<Option<f64>> = rows.iter().map(|r| r.vs_native).collect();
+    // Against fallback's 8 ms; no native row on decode; nothing for an untimed row.
+    assert_eq!(ratios, [Some(1.25), Some(1.0), Some(1.5), None, None]);
+    assert!(!rows[2].is_native() && rows[0].is_native());
+    let line = format_row(&rows[2]);
+    assert!(
+        line.contains("vllm/vllm_op") && line.trim_end().ends_with("1.50"),
+        "{line}"
+    );
+    assert!(format_columns().trim_end().ends_with("x native"));
 }

@@ -4,9 +4,12 @@
 //! JSON file is rewritten after every shape, so a run cut short keeps what it measured.
 
 use super::measure::{bench_shape, TimingOptions};
-use super::report::{format_columns, format_header, format_row, BenchReport, BenchRow};
+use super::report::{
+    fill_vs_native, format_columns, format_header, format_row, BenchReport, BenchRow,
+};
 use super::report::{DeviceSummary, RowStatus};
 use super::shapes::{spec, Figures};
+use super::workers::time_workers;
 use super::BenchOptions;
 use crate::exit::{failed, no_gpu};
 use anyhow::Context;
@@ -21,15 +24,10 @@ use relattn_reference::Problem;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Exit code per GPU error: no usable device is 3, a kernel that traps or does not compile is 1.
+/// Exit code per GPU error, through the one classification of every command
+/// (`gpu_exec::classify`): no usable device is 3, a kernel that traps or does not compile is 1.
 pub fn gpu_error(e: GpuError) -> anyhow::Error {
-    let msg = e.to_string();
-    match e {
-        GpuError::NoDriver(_) | GpuError::NoDevice { .. } | GpuError::ContextLost { .. } => {
-            no_gpu(msg)
-        }
-        _ => failed(msg),
-    }
+    crate::gpu_exec::classify(e).into_exit()
 }
 
 fn peak_error(e: PeakError) -> anyhow::Error {
@@ -86,6 +84,13 @@ pub fn run_on_gpu(
     } else {
         None
     };
+    // Workers start before any shape is built: a bad worker stops the bench at once (exit 2).
+    let workers =
+        crate::worker::start_all(&opts.workers, opts.worker_timeout).map_err(crate::exit::usage)?;
+    let worker_timing = crate::runner::Timing {
+        warmup: opts.warmup,
+        reps: opts.reps,
+    };
     let mut report = BenchReport {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         device,
@@ -134,7 +139,18 @@ pub fn run_on_gpu(
                     let peaks = report.peaks.as_ref();
                     let r = bench_shape(&gpu, &loaded, name, p, paths, timing, peaks);
                     fatal = r.fatal;
-                    r.rows
+                    let mut rows = r.rows;
+                    if fatal.is_none() {
+                        rows.extend(time_workers(
+                            &workers,
+                            name,
+                            opts.seed,
+                            p,
+                            worker_timing,
+                            peaks,
+                        ));
+                    }
+                    rows
                 }
             };
             drop(problem);
@@ -166,10 +182,12 @@ fn push_rows(
     rows: Vec<BenchRow>,
     opts: &BenchOptions,
 ) -> anyhow::Result<()> {
-    for row in &rows {
+    let first = report.rows.len();
+    report.rows.extend(rows);
+    fill_vs_native(&mut report.rows);
+    for row in &report.rows[first..] {
         eprintln!("{}", format_row(row));
     }
-    report.rows.extend(rows);
     if let Some(path) = &opts.json {
         let text = report.to_json().context("cannot serialise the report")?;
         relattn_reference::files::write_atomic(path, |w| w.write_all(text.as_bytes()))

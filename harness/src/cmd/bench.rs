@@ -54,6 +54,15 @@ pub struct Args {
     /// --reps launches would not fit, fewer are timed (at least one) and the row says so.
     #[arg(long)]
     pub row_budget_s: Option<f64>,
+    /// Also time a shipped worker's paths (repeatable or comma-separated): vllm, fa4, flex, numpy.
+    #[arg(long = "impl", value_name = "NAME")]
+    pub impls: Vec<String>,
+    /// Also time the paths of a worker speaking worker protocol v1 (repeatable).
+    #[arg(long = "worker", value_name = "COMMAND")]
+    pub workers: Vec<String>,
+    /// Seconds a worker may take to answer one request (its first calls compile).
+    #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
+    pub worker_timeout_s: f64,
 }
 
 /// Check the arguments (usage errors, exit 2) without touching any device.
@@ -92,6 +101,8 @@ pub fn options(args: &Args) -> anyhow::Result<BenchOptions> {
         peaks: !args.no_peaks,
         budget_s: args.budget_s,
         row_budget_s: args.row_budget_s,
+        workers: crate::worker::specs(&args.impls, &args.workers).map_err(usage)?,
+        worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(usage)?,
     })
 }
 

@@ -141,7 +141,8 @@ pub fn run_with(
             .progress_chars("=> "),
     );
     let mut write_error = None;
-    execute_all(&session, |row| {
+    let failures = writer.dir().join("failures");
+    execute_all(&session, Some(&failures), |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
@@ -184,9 +185,10 @@ pub fn run_with(
     Ok(())
 }
 
-/// Run every trial, CPU ones on the thread pool and GPU ones on one worker per device, and
-/// hand each row to `on_row` (on this thread) as soon as it finishes.
-fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
+/// Run every trial (CPU ones on threads of their own, native GPU ones on one thread per device,
+/// each worker's on one thread) and hand each row to `on_row` (on this thread) as soon as it
+/// finishes. Failing worker trials keep their case and output files under `keep`.
+fn execute_all(session: &Session, keep: Option<&std::path::Path>, mut on_row: impl FnMut(Row)) {
     let (tx, rx) = mpsc::channel::<Row>();
     let trials = session.trials.clone();
     let store = Arc::new(CaseStore::for_trials(&trials));
@@ -231,7 +233,10 @@ fn execute_all(session: &Session, mut on_row: impl FnMut(Row)) {
         }
         for trials in per_worker {
             let (tx, store, matrix) = (tx.clone(), store.clone(), matrix.clone());
-            let runners = session.runners(0);
+            let runners = Runners {
+                keep,
+                ..session.runners(0)
+            };
             scope.spawn(move || {
                 for t in &trials {
                     let _ = tx.send(run_trial(t, &store, &runners, &matrix));

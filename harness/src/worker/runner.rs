@@ -5,11 +5,11 @@
 use super::process::{Death, Process};
 use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
 use super::WorkerSpec;
-use crate::runner::{forced_splits, median, RunError, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{forced_splits, median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
 use relattn_reference::Problem;
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -20,6 +20,10 @@ pub const MAX_DEATHS: usize = 3;
 const CASE_FILES_KEPT: usize = 8;
 /// Lines of the worker's stderr quoted in an erroring trial's message.
 const TAIL_IN_MESSAGE: usize = 12;
+/// A failing trial's case and output files are kept with the report up to this size each, and
+/// up to `KEEP_TOTAL_BYTES` per worker and run.
+pub const KEEP_FILE_BYTES: u64 = 256 << 20;
+pub const KEEP_TOTAL_BYTES: u64 = 2 << 30;
 
 struct State {
     process: Option<Process>,
@@ -28,6 +32,11 @@ struct State {
     cases: VecDeque<(String, PathBuf)>,
     /// Files written so far (names are unique within the folder).
     files: u64,
+    /// The last run's trial, case file and output file (kept until the next run, so a failing
+    /// trial's files can be kept with its report).
+    last: Option<(String, PathBuf, PathBuf)>,
+    /// Bytes kept with reports so far.
+    kept_bytes: u64,
 }
 
 pub struct WorkerRunner {
@@ -77,6 +86,8 @@ impl WorkerRunner {
                 last_death: String::new(),
                 cases: VecDeque::new(),
                 files: 0,
+                last: None,
+                kept_bytes: 0,
             }),
         })
     }
@@ -183,12 +194,16 @@ impl Runner for WorkerRunner {
             )));
         };
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, old)) = st.last.take() {
+            let _ = std::fs::remove_file(old);
+        }
         let case = self.case_file(&mut st, req).map_err(RunError::Other)?;
         st.files += 1;
         let out = self
             .dir
             .path()
             .join(format!("out-{}.safetensors", st.files));
+        st.last = Some((req.trial.to_string(), case.clone(), out.clone()));
         let message = protocol::run_request(
             req.trial,
             &case.to_string_lossy(),
@@ -230,9 +245,8 @@ impl Runner for WorkerRunner {
         };
         let p = req.problem;
         let shape = [p.total_rows(), p.num_heads, p.head_dim];
-        let read = read_impl_output(&out, shape);
-        let _ = std::fs::remove_file(&out);
-        let out = read.map_err(|e| RunError::Other(format!("the worker's output: {e}")))?;
+        let out = read_impl_output(&out, shape)
+            .map_err(|e| RunError::Other(format!("the worker's output: {e}")))?;
         Ok(RunOutput {
             padding_intact: padding_is_nan(p, &out),
             out,
@@ -242,6 +256,40 @@ impl Runner for WorkerRunner {
             num_splits,
             kernels: vec![format!("{}/{path}", self.name())],
         })
+    }
+
+    fn keep(&self, trial: &str, dir: &Path) -> Option<Kept> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (id, case, out) = st.last.clone()?;
+        if id != trial {
+            return None;
+        }
+        std::fs::create_dir_all(dir).ok()?;
+        let stem = trial.replace("::", "-");
+        let mut kept = Kept::default();
+        for (from, name, slot) in [
+            (case, format!("{stem}.case.safetensors"), &mut kept.case),
+            (out, format!("{stem}.out.safetensors"), &mut kept.output),
+        ] {
+            let Ok(meta) = std::fs::metadata(&from) else {
+                continue;
+            };
+            if meta.len() > KEEP_FILE_BYTES || st.kept_bytes + meta.len() > KEEP_TOTAL_BYTES {
+                kept.left_out.push(format!(
+                    "{name} ({} MiB: over the {} MiB per file or {} MiB per run kept)",
+                    meta.len() >> 20,
+                    KEEP_FILE_BYTES >> 20,
+                    KEEP_TOTAL_BYTES >> 20
+                ));
+                continue;
+            }
+            let to = dir.join(&name);
+            if std::fs::copy(&from, &to).is_ok() {
+                st.kept_bytes += meta.len();
+                *slot = Some(to);
+            }
+        }
+        Some(kept)
     }
 
     fn describe(&self, env: &mut relattn_reports::Environment) {
