@@ -183,9 +183,16 @@ pub struct BenchReport {
 
 impl BenchReport {
     /// Per shape (in the order of first appearance), the ok row with the smallest median.
+    /// The fastest native path of each shape. Worker rows stand against it in their
+    /// `vs_native` column instead: the bench does not judge outputs, and a worker path forced
+    /// onto the wrong architecture can be fast and wrong.
     pub fn fastest(&self) -> Vec<&BenchRow> {
         let mut best: Vec<&BenchRow> = Vec::new();
-        for row in self.rows.iter().filter(|r| r.status == RowStatus::Ok) {
+        for row in self
+            .rows
+            .iter()
+            .filter(|r| r.status == RowStatus::Ok && r.is_native())
+        {
             let Some(ms) = row.median_ms() else { continue };
             match best.iter_mut().find(|b| b.shape == row.shape) {
                 Some(b) if b.median_ms().is_some_and(|m| ms < m) => *b = row,
@@ -295,7 +302,8 @@ pub fn format_row(row: &BenchRow) -> String {
 
 /// The fastest path per shape, with where it stands against the floor.
 pub fn format_fastest(r: &BenchReport) -> String {
-    let mut s = String::from("fastest path per shape:\n");
+    let mut s =
+        String::from("fastest path per shape (native paths; workers: the x native column):\n");
     for row in r.fastest() {
         let ms = row.median_ms().unwrap_or(f64::NAN);
         let _ = write!(

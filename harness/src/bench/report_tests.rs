@@ -232,4 +232,14 @@ fn worker_rows_are_compared_with_the_fastest_native_path() {
         "{line}"
     );
     assert!(format_columns().trim_end().ends_with("x native"));
+    // The fastest path of a shape is a native one, even when a worker row is faster.
+    rows[2].timing = Some(timing(&[1.0]));
+    let report = BenchReport { rows, ..fake() };
+    let fastest: Vec<&str> = report
+        .fastest()
+        .iter()
+        .filter(|r| r.shape == "prefill")
+        .map(|r| r.path.as_str())
+        .collect();
+    assert_eq!(fastest, ["fallback"]);
 }
