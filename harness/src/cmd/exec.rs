@@ -76,41 +76,48 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .splits
         .map_or(SplitSetting::Policy, SplitSetting::Forced);
     let case_id = case.meta.case_id.clone().unwrap_or_else(|| "exec".into());
-    let (runner, target, what): (Box<dyn Runner>, Target, String) =
-        match (&args.implementation, &args.worker) {
-            (None, None) => native(&args, &problem, split)?,
-            (name, command) => {
-                let spec = match (name, command) {
-                    (Some(n), _) => worker::WorkerSpec::from_impl(n),
-                    (None, Some(c)) => worker::WorkerSpec::from_command(c),
-                    (None, None) => unreachable!("matched above"),
-                }
-                .map_err(usage)?;
-                let timeout = worker::timeout(args.worker_timeout_s).map_err(usage)?;
-                let w = WorkerRunner::start(spec, timeout).map_err(usage)?;
-                if !w.hello.paths.contains(&args.path) {
-                    return Err(usage(format!(
-                        "worker {} has no path `{}`: its paths are {}",
-                        w.name(),
-                        args.path,
-                        w.hello.paths.join(", ")
-                    )));
-                }
-                let target = Target::Worker {
-                    worker: 0,
-                    name: w.name().to_string(),
-                    path: args.path.clone(),
-                    label: w.spec.label.clone(),
-                };
-                let what = format!(
-                    "worker {} {} ({})",
-                    w.name(),
-                    w.hello.version,
-                    w.hello.device.as_deref().unwrap_or("no GPU")
-                );
-                (Box::new(w), target, what)
+    let (runner, target, what): (Box<dyn Runner>, Target, String) = match (
+        &args.implementation,
+        &args.worker,
+    ) {
+        (None, None) => native(&args, &problem, split)?,
+        (name, command) => {
+            if args.bounds_check {
+                return Err(usage(
+                        "--bounds-check builds this project's kernels: it applies to native paths, not to --impl or --worker",
+                    ));
             }
-        };
+            let spec = match (name, command) {
+                (Some(n), _) => worker::WorkerSpec::from_impl(n),
+                (None, Some(c)) => worker::WorkerSpec::from_command(c),
+                (None, None) => unreachable!("matched above"),
+            }
+            .map_err(usage)?;
+            let timeout = worker::timeout(args.worker_timeout_s).map_err(usage)?;
+            let w = WorkerRunner::start(spec, timeout).map_err(usage)?;
+            if !w.hello.paths.contains(&args.path) {
+                return Err(usage(format!(
+                    "worker {} has no path `{}`: its paths are {}",
+                    w.name(),
+                    args.path,
+                    w.hello.paths.join(", ")
+                )));
+            }
+            let target = Target::Worker {
+                worker: 0,
+                name: w.name().to_string(),
+                path: args.path.clone(),
+                label: w.spec.label.clone(),
+            };
+            let what = format!(
+                "worker {} {} ({})",
+                w.name(),
+                w.hello.version,
+                w.hello.device.as_deref().unwrap_or("no GPU")
+            );
+            (Box::new(w), target, what)
+        }
+    };
     let trial = format!("exec::{}::{case_id}", target.label());
     let req = RunRequest {
         trial: &trial,
