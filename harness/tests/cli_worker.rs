@@ -459,6 +459,28 @@ fn exec_runs_a_case_file_on_a_worker() {
         "{}",
         text(&out.stderr)
     );
+    // The bounds check builds this project's kernels: not a worker's.
+    let out = relattn_env(
+        &[
+            "exec",
+            "--impl",
+            "numpy",
+            "--path",
+            "numpy",
+            "--bounds-check",
+            "--input",
+            case.to_str().unwrap(),
+            "--output",
+            out_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("applies to native paths"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// vLLM 0.33.0's files for routing, fetched once into the target folder (or `RELATTN_VLLM_ROOT`).
