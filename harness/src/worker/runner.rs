@@ -104,10 +104,16 @@ impl WorkerRunner {
             Ok(v) => protocol::parse_route(&v).map_err(|e| e.to_string()),
             Err(d) => Err(d.to_string()),
         };
-        answer.map_err(|e| {
-            let tail = self.bury(&mut st, e.clone());
-            format!("{e}; worker stderr:\n{tail}")
-        })
+        match answer {
+            Ok(a) => {
+                st.deaths = 0;
+                Ok(a)
+            }
+            Err(e) => {
+                let tail = self.bury(&mut st, e.clone());
+                Err(format!("{e}; worker stderr:\n{tail}"))
+            }
+        }
     }
 
     /// The live process, restarting a dead one (a failed restart is one more death).
