@@ -71,3 +71,22 @@ fn bad_arguments_exit_2_with_one_message() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn require_gpu_without_a_driver_exits_3() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let out = relattn(&["run", "--require-gpu", "--out", out_dir]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("--require-gpu"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !dir.path().join("cpu").exists(),
+        "no report for a refused run"
+    );
+}

@@ -53,6 +53,10 @@ pub struct Args {
     /// --worker "python3 my_worker.py".
     #[arg(long = "worker", value_name = "COMMAND")]
     pub workers: Vec<String>,
+    /// Exit 3 (writing no report) unless a usable GPU runs the GPU trials: for CI jobs on GPU
+    /// runners, where a CPU-only run would pass without testing anything on the device.
+    #[arg(long)]
+    pub require_gpu: bool,
     /// Seconds a worker may take to answer one request before it is killed and restarted.
     #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
     pub worker_timeout_s: f64,
@@ -109,6 +113,14 @@ pub fn run_with(
         .map_err(|e| exit::usage(format!("{e:#}")))?;
     if let GpuStatus::Rejected(why) = &session.status {
         return Err(exit::no_gpu(why.clone()));
+    }
+    // A failed GPU setup turns the status into Absent, so Ready means the device is in use.
+    if args.require_gpu {
+        if let Some(why) = session.status.unusable_reason() {
+            return Err(exit::no_gpu(format!(
+                "--require-gpu: {why}; nothing was run (drop --require-gpu to run the CPU part)"
+            )));
+        }
     }
     let arch = match &session.status {
         GpuStatus::Ready { devices, .. } => {
@@ -351,8 +363,24 @@ mod tests {
             no_compile_checks: false,
             impls: Vec::new(),
             workers: Vec::new(),
+            require_gpu: false,
             worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
         }
+    }
+
+    #[test]
+    fn require_gpu_without_a_driver_exits_3_before_any_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let factory = CountingFactory::default();
+        let mut a = args(dir.path());
+        a.require_gpu = true;
+        let err = run_with(a, &MockSource::new(Vec::new()), false, &factory).unwrap_err();
+        assert_eq!(exit::code_of(&err), exit::Code::NoGpu, "{err}");
+        assert!(err.to_string().contains("--require-gpu"), "{err}");
+        assert!(
+            !dir.path().join("cpu").exists(),
+            "no report for a refused run"
+        );
     }
 
     #[test]
