@@ -30,6 +30,9 @@ fn run_without_a_gpu_writes_a_complete_cpu_report() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cpu.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["complete"], true);
+    let build = summary["environment"]["relattn_build"].as_str().unwrap();
+    assert!(build.starts_with(env!("CARGO_PKG_VERSION")), "{build}");
+    assert!(summary["environment"]["extra"]["run_identity"]["matrix"].is_string());
     assert_eq!(summary["counts"]["fail"], 0);
     assert_eq!(summary["counts"]["error"], 0);
     assert_eq!(

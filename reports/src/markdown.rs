@@ -41,7 +41,8 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
     let _ = writeln!(s, "- Machine: {}", env.machine_line());
     let mut run = Vec::new();
     for (label, v) in [
-        ("revision", &env.git_revision),
+        ("relattn revision", &env.relattn_revision),
+        ("working directory revision", &env.git_revision),
         ("matrix", &env.matrix),
         ("shard", &env.shard),
         ("relattn", &env.relattn_version),

@@ -206,7 +206,7 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
         if let Some(s) = &e.shard {
             push_unique(&mut shards, s.clone());
         }
-        if let Some(r) = &e.git_revision {
+        if let Some(r) = e.relattn_revision.as_ref().or(e.git_revision.as_ref()) {
             push_unique(&mut revisions, r.clone());
         }
         if let Some(g) = &e.gpu_name {
@@ -228,6 +228,7 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
             "shard": e.shard,
             "hostname": e.hostname,
             "git_revision": e.git_revision,
+            "relattn_revision": e.relattn_revision,
             "gpu_name": e.gpu_name,
             "complete": p.complete,
             "rows": p.rows.len(),
