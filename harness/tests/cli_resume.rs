@@ -121,3 +121,73 @@ fn an_interrupted_run_resumed_gives_every_trial_once_with_the_same_verdicts() {
     assert_eq!(summary["complete"], true);
     assert!(!cut.join("relattn.lock").exists());
 }
+
+#[test]
+fn sigint_stops_after_the_trials_in_flight_with_an_incomplete_report() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args([
+            "run",
+            "--matrix",
+            "smoke",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let jsonl = out_dir.join("cpu/results.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let lines = std::fs::read_to_string(&jsonl)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if lines >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    if out.status.code() == Some(0) {
+        eprintln!("the run finished before the interrupt arrived: nothing to check");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted after"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("cpu/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["complete"], false);
+    let rows = verdicts(&out_dir).len() as u64;
+    let counts = &summary["counts"];
+    let total: u64 = ["pass", "fail", "skip", "error"]
+        .iter()
+        .map(|k| counts[*k].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, rows, "summary counts are the rows written");
+    let md = std::fs::read_to_string(out_dir.join("cpu/summary.md")).unwrap();
+    assert!(md.contains("INCOMPLETE") && !md.contains("PASS"), "{md}");
+    assert!(!out_dir.join("relattn.lock").exists());
+    let out = relattn(&[
+        "run",
+        "--matrix",
+        "smoke",
+        "--resume",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

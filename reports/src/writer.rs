@@ -174,6 +174,12 @@ impl ReportWriter {
         Ok(())
     }
 
+    /// Writes every file from the rows so far with `complete: false`: an interrupted run's
+    /// consistent, INCOMPLETE report (`relattn run --resume` continues it).
+    pub fn finish_incomplete(self) -> Result<Summary, ReportError> {
+        write_outputs(&self.dir, &self.arch, self.env, &self.rows, false, false)
+    }
+
     /// Writes results.csv, summary.json, summary.md and junit.xml; stamps `finished` if unset.
     pub fn finish(mut self) -> Result<Summary, ReportError> {
         if self.env.finished.is_none() {

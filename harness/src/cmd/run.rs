@@ -13,6 +13,7 @@ use relattn_matrices::Shard;
 use relattn_reports::{Environment, ReportWriter, Row};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,7 +68,35 @@ pub struct Args {
     pub worker_timeout_s: f64,
 }
 
+/// Set by the first SIGINT: no trial starts after it; the run writes an INCOMPLETE report.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// SIGINT stops the run after the trials in flight; a second one ends the process at once.
+fn handle_sigint() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            if STOP.swap(true, Ordering::SeqCst) {
+                eprintln!("relattn run: second interrupt, stopping now");
+                std::process::exit(130);
+            }
+            eprintln!(
+                "relattn run: interrupted: finishing the trials in flight, then writing an \
+                 INCOMPLETE report (interrupt again to stop at once)"
+            );
+        });
+        if let Err(e) = installed {
+            eprintln!("relattn run: cannot handle SIGINT ({e}); an interrupt ends the run at once");
+        }
+    });
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    handle_sigint();
     let libs = crate::gpu_exec::libraries_present();
     let factory = factory(&args);
     run_with(args, &NvmlSource::new(), libs, &factory)
@@ -239,6 +268,16 @@ pub fn run_with(
     }
     bar.finish_and_clear();
     let dir = writer.dir().to_path_buf();
+    if stopping() {
+        let done = writer.rows().len();
+        writer.finish_incomplete()?;
+        return Err(exit::failed(format!(
+            "interrupted after {done} of {} trials; the report in {} is INCOMPLETE: continue \
+             it with the same command and --resume",
+            session.trials.len(),
+            dir.display()
+        )));
+    }
     let summary = writer.finish()?;
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     eprintln!(
@@ -305,9 +344,14 @@ fn execute_all(
                     (queue.clone(), tx.clone(), store.clone(), matrix.clone());
                 scope.spawn(move || loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some(group) = next else { break };
+                    let Some(group) = next.filter(|_| !stopping()) else {
+                        break;
+                    };
                     let runners = Runners::native(Some((exec, slot)));
                     for t in &group {
+                        if stopping() {
+                            break;
+                        }
                         let _ = tx.send(run_trial(t, &store, &runners, &matrix));
                     }
                 });
@@ -321,6 +365,9 @@ fn execute_all(
             };
             scope.spawn(move || {
                 for t in &trials {
+                    if stopping() {
+                        break;
+                    }
                     let _ = tx.send(run_trial(t, &store, &runners, &matrix));
                 }
             });
@@ -333,7 +380,9 @@ fn execute_all(
             let (cpu, tx, store, matrix) = (cpu.clone(), tx.clone(), store.clone(), matrix.clone());
             scope.spawn(move || loop {
                 let next = cpu.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                let Some(t) = next else { break };
+                let Some(t) = next.filter(|_| !stopping()) else {
+                    break;
+                };
                 let _ = tx.send(run_trial(&t, &store, &Runners::default(), &matrix));
             });
         }
