@@ -26,3 +26,20 @@ collect_junit() {
         cp "$f" "$out/junit/${name//\//-}.xml"
     done < <(find "$out" -path "$out/junit" -prune -o -name junit.xml -print)
 }
+
+# Succeeds when DIR holds at least one architecture report and every summary.json under it
+# says "complete": true (a finished run, or a merge of shards covering the whole shard set).
+report_complete() {
+    local dir=$1 f found=0
+    while IFS= read -r f; do
+        found=1
+        grep -Eq '"complete": *true' "$f" || return 1
+    done < <(find "$dir" -mindepth 1 -maxdepth 2 -name summary.json)
+    [[ $found -eq 1 ]]
+}
+
+# Succeeds when the diff options in $1 make a strict diff: --strict-coverage given and
+# --allow-missing not.
+strict_diff_args() {
+    [[ " $1 " == *" --strict-coverage "* && " $1 " != *" --allow-missing "* ]]
+}

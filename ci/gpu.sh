@@ -6,8 +6,9 @@
 # own directory: both would write the same <arch>/ otherwise), with every junit.xml also copied
 # to $RELATTN_OUT/junit/ for the CI's test views. Upload $RELATTN_OUT as the job's artifact.
 #
-# Both tiers always run; the exit code is the first failing run's, passed through unchanged
-# (1 = a trial failed, 2 = bad input, 3 = no usable GPU on this runner).
+# Both tiers run with --require-gpu: a runner without a usable GPU exits 3 instead of passing
+# on the CPU part alone. Both tiers always run; the exit code is the first failing run's, passed
+# through unchanged (1 = a trial failed, 2 = bad input, 3 = no usable GPU on this runner).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -17,7 +18,7 @@ bin=$(relattn_bin)
 status=0
 for tier in ci regressions; do
     rc=0
-    "$bin" run --matrix "$tier" --out "$out/$tier" "$@" || rc=$?
+    "$bin" run --require-gpu --matrix "$tier" --out "$out/$tier" "$@" || rc=$?
     echo "relattn run --matrix $tier: exit $rc"
     if [[ $status -eq 0 ]]; then
         status=$rc

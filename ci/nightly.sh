@@ -4,7 +4,8 @@
 # The CI system runs N of these per architecture (the fan-out is the CI's: relattn only picks
 # the shard's cases, deterministically and disjointly). The report lands in
 # $RELATTN_OUT/nightly-shard-K-of-N/<arch>/ so the shards' artifacts never collide; ci/merge.sh
-# combines them. Exit code: relattn's, unchanged.
+# combines them. Runs with --require-gpu: a runner without a usable GPU exits 3 (and writes no
+# report, so the merge sees the shard missing). Exit code: relattn's, unchanged.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -20,6 +21,6 @@ out="${RELATTN_OUT:-reports-out}/nightly-shard-$k-of-$n"
 bin=$(relattn_bin)
 
 rc=0
-"$bin" run --matrix nightly --shard "$k/$n" --out "$out" "$@" || rc=$?
+"$bin" run --require-gpu --matrix nightly --shard "$k/$n" --out "$out" "$@" || rc=$?
 collect_junit "$out"
 exit "$rc"

@@ -10,6 +10,8 @@ pub mod gpu_status;
 pub mod judge;
 pub mod output;
 pub mod plan;
+pub mod provenance;
+pub mod run_lock;
 pub mod runner;
 pub mod selfcheck;
 pub mod session;

@@ -24,11 +24,15 @@ fn rows() -> Vec<Row> {
 }
 
 fn write(dir: &Path, rows: &[Row]) {
+    write_arch(dir, "sm90", rows);
+}
+
+fn write_arch(dir: &Path, arch: &str, rows: &[Row]) {
     let env = Environment {
         gpu_name: Some("NVIDIA H200".into()),
         ..Environment::default()
     };
-    let mut w = ReportWriter::create(dir, "sm90", env).unwrap();
+    let mut w = ReportWriter::create(dir, arch, env).unwrap();
     for r in rows {
         w.push(r.clone()).unwrap();
     }
@@ -106,4 +110,31 @@ fn report_diff_show_and_merge_exit_codes() {
         &merged,
     ]);
     assert_eq!(code(&out), 2);
+}
+
+#[test]
+fn diff_of_a_cpu_report_against_a_gpu_baseline_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, cpu) = (tmp.path().join("base"), tmp.path().join("cpu"));
+    write(&base, &rows());
+    write_arch(&cpu, "cpu", &rows());
+    let out = relattn(&[Path::new("report"), Path::new("diff"), &base, &cpu]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "{stderr}");
+    assert!(stderr.contains("different architectures"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn diff_fails_on_missing_trials_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, fewer) = (tmp.path().join("base"), tmp.path().join("fewer"));
+    write(&base, &rows());
+    write(&fewer, &rows()[..2]);
+    let (report, diff) = (Path::new("report"), Path::new("diff"));
+    let out = relattn(&[report, diff, &base, &fewer]);
+    assert_eq!(code(&out), 1, "{}", String::from_utf8_lossy(&out.stdout));
+    let out = relattn(&[report, diff, &base, &fewer, Path::new("--allow-missing")]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 missing"));
 }

@@ -30,6 +30,9 @@ fn run_without_a_gpu_writes_a_complete_cpu_report() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cpu.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["complete"], true);
+    let build = summary["environment"]["relattn_build"].as_str().unwrap();
+    assert!(build.starts_with(env!("CARGO_PKG_VERSION")), "{build}");
+    assert!(summary["environment"]["extra"]["run_identity"]["matrix"].is_string());
     assert_eq!(summary["counts"]["fail"], 0);
     assert_eq!(summary["counts"]["error"], 0);
     assert_eq!(
@@ -70,4 +73,23 @@ fn bad_arguments_exit_2_with_one_message() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn require_gpu_without_a_driver_exits_3() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let out = relattn(&["run", "--require-gpu", "--out", out_dir]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("--require-gpu"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !dir.path().join("cpu").exists(),
+        "no report for a refused run"
+    );
 }

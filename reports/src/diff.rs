@@ -1,5 +1,6 @@
 //! Comparing a report against a baseline.
 
+use crate::error::ReportError;
 use crate::load::Report;
 use crate::row::{short_float, Row, Status};
 use serde::Serialize;
@@ -20,8 +21,14 @@ pub struct DiffOptions {
     /// For rows without a bound: error growth only counts when the new max_abs is at least
     /// this (default 1e-3, about a bf16 ulp at 0.25).
     pub abs_floor: f64,
-    /// Also count trials that disappeared, or went from pass to skip, as regressions.
+    /// Also count trials that went from pass to skip as regressions.
     pub strict_coverage: bool,
+    /// Do not count trials missing from the new report (or an incomplete new report) as a
+    /// regression; they are still listed.
+    pub allow_missing: bool,
+    /// Throughput changes of trials whose base and new times are both under this many
+    /// milliseconds are timing noise: listed as such, never a slowdown (default 0.2).
+    pub time_floor_ms: f64,
 }
 
 impl Default for DiffOptions {
@@ -32,6 +39,8 @@ impl Default for DiffOptions {
             ratio_floor: 0.1,
             abs_floor: 1e-3,
             strict_coverage: false,
+            allow_missing: false,
+            time_floor_ms: 0.2,
         }
     }
 }
@@ -62,7 +71,10 @@ pub struct ErrorGrowth {
     pub arch: String,
     pub trial: String,
     pub path: String,
+    #[serde(with = "crate::row::float")]
     pub base_max_abs: f64,
+    /// NaN or infinite when the new output was not finite where the base's was.
+    #[serde(with = "crate::row::float")]
     pub new_max_abs: f64,
     /// `new_max_abs / base_max_abs` (infinite when the base error was zero).
     #[serde(with = "crate::row::float")]
@@ -83,6 +95,20 @@ pub struct Slowdown {
     pub drop_pct: f64,
 }
 
+/// A throughput drop past the percentage on a trial too short to time reliably.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimingNoise {
+    pub arch: String,
+    pub trial: String,
+    pub path: String,
+    pub metric: &'static str,
+    pub base: f64,
+    pub new: f64,
+    pub drop_pct: f64,
+    /// The longer of the two times, under `time_floor_ms`.
+    pub ms: f64,
+}
+
 /// Everything `relattn report diff` finds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DiffResult {
@@ -93,6 +119,11 @@ pub struct DiffResult {
     pub new_failures: Vec<StatusChange>,
     pub error_growth: Vec<ErrorGrowth>,
     pub slowdowns: Vec<Slowdown>,
+    /// Drops past the percentage on trials under the time floor: not regressions.
+    pub timing_noise: Vec<TimingNoise>,
+    /// Architectures whose new report is INCOMPLETE (an interrupted run, or a merge of shards
+    /// that do not cover the shard set).
+    pub incomplete: Vec<String>,
     /// In base, not in new.
     pub missing: Vec<TrialRef>,
     /// In new, not in base.
@@ -105,11 +136,12 @@ pub struct DiffResult {
 
 impl DiffResult {
     pub fn is_regression(&self) -> bool {
-        let coverage_lost = !self.missing.is_empty() || !self.newly_skipped.is_empty();
+        let missing = !self.missing.is_empty() || !self.incomplete.is_empty();
         !self.new_failures.is_empty()
             || !self.error_growth.is_empty()
             || !self.slowdowns.is_empty()
-            || (self.options.strict_coverage && coverage_lost)
+            || (missing && !self.options.allow_missing)
+            || (self.options.strict_coverage && !self.newly_skipped.is_empty())
     }
 }
 
@@ -143,6 +175,22 @@ fn index(report: &Report) -> BTreeMap<(&str, &str), &Row> {
     map
 }
 
+/// Refuses a comparison of reports of different architectures: both must hold the same set
+/// (a `cpu` report against an `sm90` baseline would compare nothing and pass).
+pub fn check_comparable(base: &Report, new: &Report) -> Result<(), ReportError> {
+    let names = |r: &Report| r.archs.keys().cloned().collect::<Vec<_>>();
+    let (b, n) = (names(base), names(new));
+    if b == n {
+        return Ok(());
+    }
+    Err(ReportError::ArchMismatch {
+        base: base.root.clone(),
+        base_archs: b.join(", "),
+        new: new.root.clone(),
+        new_archs: n.join(", "),
+    })
+}
+
 /// Compares `new` against `base`, trial by trial within each architecture.
 pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
     let base_rows = index(base);
@@ -153,6 +201,13 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
         new_failures: Vec::new(),
         error_growth: Vec::new(),
         slowdowns: Vec::new(),
+        timing_noise: Vec::new(),
+        incomplete: new
+            .archs
+            .values()
+            .filter(|a| !a.complete)
+            .map(|a| a.arch.clone())
+            .collect(),
         missing: Vec::new(),
         added: Vec::new(),
         newly_skipped: Vec::new(),
@@ -180,7 +235,21 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
             }
         }
         if let Some(s) = slowdown(arch, b, n, options) {
-            d.slowdowns.push(s);
+            let ms = b.ms.unwrap_or(f64::NAN).max(n.ms.unwrap_or(f64::NAN));
+            if ms.is_finite() && ms < options.time_floor_ms {
+                d.timing_noise.push(TimingNoise {
+                    arch: s.arch,
+                    trial: s.trial,
+                    path: s.path,
+                    metric: s.metric,
+                    base: s.base,
+                    new: s.new,
+                    drop_pct: s.drop_pct,
+                    ms,
+                });
+            } else {
+                d.slowdowns.push(s);
+            }
         }
     }
     for (&(arch, trial), n) in &new_rows {
@@ -193,21 +262,31 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
 
 fn error_growth(arch: &str, b: &Row, n: &Row, o: &DiffOptions) -> Option<ErrorGrowth> {
     let (be, ne) = (b.max_abs?, n.max_abs?);
-    if !(be.is_finite() && ne.is_finite()) || ne <= be * o.error_factor {
+    if !be.is_finite() {
+        return None;
+    }
+    // A NaN or infinite error where the base's was finite is the worst growth there is.
+    let non_finite = !ne.is_finite();
+    if !non_finite && ne <= be * o.error_factor {
         return None;
     }
     let new_ratio = n.ratio();
-    let significant = match new_ratio {
-        Some(r) => r >= o.ratio_floor,
-        None => ne >= o.abs_floor,
-    };
+    let significant = non_finite
+        || match new_ratio {
+            Some(r) => r >= o.ratio_floor,
+            None => ne >= o.abs_floor,
+        };
     significant.then(|| ErrorGrowth {
         arch: arch.to_string(),
         trial: n.trial.clone(),
         path: n.path.clone(),
         base_max_abs: be,
         new_max_abs: ne,
-        factor: if be > 0.0 { ne / be } else { f64::INFINITY },
+        factor: if non_finite || be <= 0.0 {
+            f64::INFINITY
+        } else {
+            ne / be
+        },
         new_ratio,
     })
 }
@@ -262,7 +341,8 @@ impl DiffResult {
         let o = &self.options;
         let mut s = format!(
             "{}: {} trials compared, {} new failures, {} error growths (> {}x), {} slowdowns \
-             (> {}%), {} missing, {} added, {} newly skipped, {} fixed\n",
+             (> {}%), {} timing noise (under {} ms), {} missing, {} added, {} newly skipped, \
+             {} fixed\n",
             if self.is_regression() {
                 "REGRESSION"
             } else {
@@ -274,11 +354,34 @@ impl DiffResult {
             o.error_factor,
             self.slowdowns.len(),
             o.throughput_drop_pct,
+            self.timing_noise.len(),
+            o.time_floor_ms,
             self.missing.len(),
             self.added.len(),
             self.newly_skipped.len(),
             self.fixed.len()
         );
+        if !self.incomplete.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nINCOMPLETE new report ({}): an interrupted run or a merge of shards that do \
+                 not cover the shard set{}",
+                self.incomplete.join(", "),
+                if o.allow_missing {
+                    " (allowed by --allow-missing)"
+                } else {
+                    ""
+                }
+            );
+        }
+        if !self.missing.is_empty() && !o.allow_missing {
+            let _ = writeln!(
+                s,
+                "\n{} trial(s) of the baseline are missing from the new report: a regression \
+                 unless --allow-missing",
+                self.missing.len()
+            );
+        }
         let first_line = |m: &str| m.lines().next().unwrap_or("").to_string();
         section(&mut s, "New failures", &self.new_failures, |c| {
             format!(
@@ -315,6 +418,23 @@ impl DiffResult {
                 short_float(x.drop_pct)
             )
         });
+        section(
+            &mut s,
+            "Timing noise (not regressions)",
+            &self.timing_noise,
+            |x| {
+                format!(
+                    "[{}] {}: {} {} -> {} (-{}%) at {} ms",
+                    x.arch,
+                    x.trial,
+                    x.metric,
+                    short_float(x.base),
+                    short_float(x.new),
+                    short_float(x.drop_pct),
+                    short_float(x.ms)
+                )
+            },
+        );
         section(&mut s, "Missing from the new report", &self.missing, |t| {
             format!("[{}] {} ({})", t.arch, t.trial, t.status)
         });

@@ -14,7 +14,14 @@ pub struct Environment {
     pub driver: Option<String>,
     pub cuda_version: Option<String>,
     pub nvrtc_version: Option<String>,
+    /// The git revision of the directory the command ran in (when it is a checkout); relattn's
+    /// own is `relattn_revision`.
     pub git_revision: Option<String>,
+    /// relattn's own git revision, embedded at build time.
+    pub relattn_revision: Option<String>,
+    /// relattn's build: version, short revision (`+modified` for uncommitted changes), profile,
+    /// target.
+    pub relattn_build: Option<String>,
     pub hostname: Option<String>,
     /// Tier name ("smoke", "ci", "nightly", "regressions") or a matrix file path.
     pub matrix: Option<String>,

@@ -83,6 +83,17 @@ pub enum ReportError {
         first: PathBuf,
         second: PathBuf,
     },
+    #[error(
+        "{base} holds architecture(s) {base_archs} and {new} holds {new_archs}: reports of \
+         different architectures cannot be compared; diff against a baseline of the same \
+         architecture (or give one architecture directory of each)"
+    )]
+    ArchMismatch {
+        base: PathBuf,
+        base_archs: String,
+        new: PathBuf,
+        new_archs: String,
+    },
     #[error("nothing to merge: give at least one report directory")]
     NoInputs,
 }

@@ -154,6 +154,8 @@ fn properties(x: &mut String, summary: &Summary) {
         ("driver", &env.driver),
         ("cuda", &env.cuda_version),
         ("nvrtc", &env.nvrtc_version),
+        ("relattn_revision", &env.relattn_revision),
+        ("relattn_build", &env.relattn_build),
         ("git_revision", &env.git_revision),
         ("matrix", &env.matrix),
         ("shard", &env.shard),

@@ -25,7 +25,10 @@ mod summary;
 mod writer;
 
 pub use csv_io::{ABSENT_CELL, FIXED_COLUMNS};
-pub use diff::{diff, DiffOptions, DiffResult, ErrorGrowth, Slowdown, StatusChange, TrialRef};
+pub use diff::{
+    check_comparable, diff, DiffOptions, DiffResult, ErrorGrowth, Slowdown, StatusChange,
+    TimingNoise, TrialRef,
+};
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
 pub use junit::{escape_attr, escape_text};

@@ -186,7 +186,7 @@ pub fn load_arch(dir: &Path) -> Result<ArchReport, ReportError> {
 
 /// The rows, refused if a trial appears twice (`show` would count both copies, `diff` would
 /// use one of them).
-fn unique_trials(path: &Path, rows: Vec<(u64, Row)>) -> Result<Vec<Row>, ReportError> {
+pub(crate) fn unique_trials(path: &Path, rows: Vec<(u64, Row)>) -> Result<Vec<Row>, ReportError> {
     let mut seen: HashMap<&str, u64> = HashMap::with_capacity(rows.len());
     for (line, row) in &rows {
         if let Some(&first) = seen.get(row.trial.as_str()) {
@@ -206,7 +206,7 @@ fn unique_trials(path: &Path, rows: Vec<(u64, Row)>) -> Result<Vec<Row>, ReportE
 /// Reads results.jsonl, each row with its line. A last line without its newline that does not
 /// parse is the row being written when the run was killed: it is dropped and reported as
 /// `torn`. An empty `first_bad` reads as none, as results.csv gives it.
-fn read_jsonl(path: &Path) -> Result<(Vec<(u64, Row)>, bool), ReportError> {
+pub(crate) fn read_jsonl(path: &Path) -> Result<(Vec<(u64, Row)>, bool), ReportError> {
     let text = read_text(path)?;
     let ends_cleanly = text.is_empty() || text.ends_with('\n');
     let lines: Vec<&str> = text.lines().collect();

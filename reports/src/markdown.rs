@@ -35,13 +35,14 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
     let state = if summary.complete {
         ""
     } else {
-        " (INCOMPLETE: interrupted or still running)"
+        " (INCOMPLETE: interrupted, still running, or shards missing)"
     };
     let _ = writeln!(s, "# relattn report: {}{state}\n", summary.arch);
     let _ = writeln!(s, "- Machine: {}", env.machine_line());
     let mut run = Vec::new();
     for (label, v) in [
-        ("revision", &env.git_revision),
+        ("relattn revision", &env.relattn_revision),
+        ("working directory revision", &env.git_revision),
         ("matrix", &env.matrix),
         ("shard", &env.shard),
         ("relattn", &env.relattn_version),
@@ -62,7 +63,12 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
     for note in &env.notes {
         let _ = writeln!(s, "- Note: {}", cell(note));
     }
-    let verdict = if summary.all_passed() { "PASS" } else { "FAIL" };
+    // An incomplete report is never a pass: the trials it lacks may be the failing ones.
+    let verdict = match (summary.all_passed(), summary.complete) {
+        (false, _) => "FAIL",
+        (true, false) => "INCOMPLETE",
+        (true, true) => "PASS",
+    };
     let _ = writeln!(
         s,
         "\n**{verdict}**: {} trials: {}\n",

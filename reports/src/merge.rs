@@ -34,8 +34,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Report, ReportError> {
     let mut merged = Vec::with_capacity(by_arch.len());
     for (arch, parts) in by_arch {
         let rows = merge_rows(&arch, &parts)?;
-        let environment = merge_environment(&parts);
-        let complete = parts.iter().all(|p| p.complete);
+        let mut environment = merge_environment(&parts);
+        let gap = shard_gap(&parts);
+        if let Some(gap) = &gap {
+            push_unique(&mut environment.notes, gap.clone());
+            environment
+                .extra
+                .insert("shard_gap".to_string(), serde_json::json!(gap));
+        }
+        let complete = gap.is_none() && parts.iter().all(|p| p.complete);
         merged.push((arch, rows, environment, complete));
     }
     let mut archs = BTreeMap::new();
@@ -106,6 +113,76 @@ fn merge_rows(arch: &str, parts: &[&ArchReport]) -> Result<Vec<Row>, ReportError
     Ok(seen.into_values().map(|(r, _)| r.clone()).collect())
 }
 
+/// Parses one `K/N` shard entry.
+fn parse_shard(s: &str) -> Option<(u64, u64)> {
+    let (k, n) = s.trim().split_once('/')?;
+    let (k, n) = (k.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?);
+    (n >= 1 && (1..=n).contains(&k)).then_some((k, n))
+}
+
+/// Whether the inputs cover their whole shard set: None when they do (or no input is a shard,
+/// each being a whole run), else a sentence saying what is missing. An input without a shard
+/// among shards, a shard entry that does not read as `K/N`, or shards of different counts N
+/// cannot be shown to cover anything, and say so.
+pub(crate) fn shard_gap(parts: &[&ArchReport]) -> Option<String> {
+    let mut entries = Vec::new();
+    let mut whole_runs = 0;
+    for p in parts {
+        match &p.environment.shard {
+            None => whole_runs += 1,
+            Some(list) => entries.extend(list.split(',').map(|e| e.trim().to_string())),
+        }
+    }
+    if entries.is_empty() {
+        return None;
+    }
+    let parsed: Vec<Option<(u64, u64)>> = entries.iter().map(|e| parse_shard(e)).collect();
+    if let Some(i) = parsed.iter().position(Option::is_none) {
+        return Some(format!(
+            "shard coverage unknown: shard entry {:?} does not read as K/N",
+            entries[i]
+        ));
+    }
+    let parsed: Vec<(u64, u64)> = parsed.into_iter().flatten().collect();
+    let mut counts: Vec<u64> = parsed.iter().map(|(_, n)| *n).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.len() > 1 {
+        let list: Vec<String> = counts.iter().map(u64::to_string).collect();
+        return Some(format!(
+            "shard coverage unknown: shards of different counts ({}) merged",
+            list.join(", ")
+        ));
+    }
+    if whole_runs > 0 {
+        return Some(format!(
+            "shard coverage unknown: {whole_runs} input(s) without a shard merged with shards"
+        ));
+    }
+    let n = counts[0];
+    let missing: Vec<String> = (1..=n)
+        .filter(|k| !parsed.iter().any(|(pk, _)| pk == k))
+        .map(|k| format!("{k}/{n}"))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    const LISTED: usize = 20;
+    let mut list = missing
+        .iter()
+        .take(LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if missing.len() > LISTED {
+        list.push_str(&format!(" and {} more", missing.len() - LISTED));
+    }
+    Some(format!(
+        "{} of {n} shards missing ({list}): the merged report does not cover the shard set",
+        missing.len()
+    ))
+}
+
 fn push_unique<T: PartialEq>(list: &mut Vec<T>, item: T) {
     if !list.contains(&item) {
         list.push(item);
@@ -129,7 +206,7 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
         if let Some(s) = &e.shard {
             push_unique(&mut shards, s.clone());
         }
-        if let Some(r) = &e.git_revision {
+        if let Some(r) = e.relattn_revision.as_ref().or(e.git_revision.as_ref()) {
             push_unique(&mut revisions, r.clone());
         }
         if let Some(g) = &e.gpu_name {
@@ -151,6 +228,7 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
             "shard": e.shard,
             "hostname": e.hostname,
             "git_revision": e.git_revision,
+            "relattn_revision": e.relattn_revision,
             "gpu_name": e.gpu_name,
             "complete": p.complete,
             "rows": p.rows.len(),

@@ -88,6 +88,61 @@ impl ReportWriter {
         })
     }
 
+    /// Reopens `dir/<arch_dir_name>/` of an interrupted run to continue it: the complete rows of
+    /// its results.jsonl are kept (a partial last line, the row being written when the run was
+    /// killed, is dropped), the files written at the end are removed, and summary.json says
+    /// incomplete again until [`ReportWriter::finish`]. Returns the writer and the rows kept.
+    pub fn resume(
+        dir: &Path,
+        arch_dir_name: &str,
+        env: Environment,
+    ) -> Result<(ReportWriter, Vec<Row>), ReportError> {
+        check_arch_name(arch_dir_name)?;
+        let arch_dir = dir.join(arch_dir_name);
+        let log_path = arch_dir.join(RESULTS_JSONL);
+        let rows = if log_path.is_file() {
+            let (rows, _torn) = crate::load::read_jsonl(&log_path)?;
+            crate::load::unique_trials(&log_path, rows)?
+        } else {
+            Vec::new()
+        };
+        for stale in [RESULTS_CSV, SUMMARY_MD, JUNIT_XML] {
+            let p = arch_dir.join(stale);
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove", &p)(e)),
+            }
+        }
+        // The kept rows, rewritten whole: the torn line goes, and appends start on a new line.
+        let mut text = String::new();
+        for r in &rows {
+            let line = serde_json::to_string(r).map_err(|source| ReportError::Json {
+                path: log_path.clone(),
+                source,
+            })?;
+            text.push_str(&line);
+            text.push('\n');
+        }
+        write_atomic(&log_path, text.as_bytes())?;
+        let started = Summary::of(arch_dir_name, env.clone(), &rows, false);
+        write_json(&arch_dir.join(SUMMARY_JSON), &started)?;
+        let log = OpenOptions::new()
+            .append(true)
+            .open(&log_path)
+            .map_err(io("open", &log_path))?;
+        Ok((
+            ReportWriter {
+                dir: arch_dir,
+                arch: arch_dir_name.to_string(),
+                env,
+                rows: rows.clone(),
+                log,
+            },
+            rows,
+        ))
+    }
+
     /// The architecture directory being written.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -117,6 +172,12 @@ impl ReportWriter {
         self.log.flush().map_err(io("flush", path()))?;
         self.rows.push(row);
         Ok(())
+    }
+
+    /// Writes every file from the rows so far with `complete: false`: an interrupted run's
+    /// consistent, INCOMPLETE report (`relattn run --resume` continues it).
+    pub fn finish_incomplete(self) -> Result<Summary, ReportError> {
+        write_outputs(&self.dir, &self.arch, self.env, &self.rows, false, false)
     }
 
     /// Writes results.csv, summary.json, summary.md and junit.xml; stamps `finished` if unset.

@@ -32,9 +32,17 @@ enum ReportCommand {
         /// Ignore error growth while the new error is under this share of its bound.
         #[arg(long, default_value_t = 0.1, value_name = "R")]
         ratio_floor: f64,
-        /// Also fail when trials are missing from NEW or went from pass to skip.
+        /// Also fail when trials went from pass to skip (missing trials fail without it).
         #[arg(long)]
         strict_coverage: bool,
+        /// Do not fail when trials of BASE are missing from NEW, or NEW is incomplete (they
+        /// are still listed).
+        #[arg(long, conflicts_with = "strict_coverage")]
+        allow_missing: bool,
+        /// Throughput drops of trials under this many milliseconds (base and new) are timing
+        /// noise: listed, never a regression.
+        #[arg(long, default_value_t = 0.2, value_name = "MS")]
+        time_floor_ms: f64,
         /// Print the full result as JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -53,6 +61,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             throughput_drop,
             ratio_floor,
             strict_coverage,
+            allow_missing,
+            time_floor_ms,
             json,
         } => {
             let options = DiffOptions {
@@ -60,6 +70,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 throughput_drop_pct: throughput_drop,
                 ratio_floor,
                 strict_coverage,
+                allow_missing,
+                time_floor_ms,
                 ..DiffOptions::default()
             };
             diff(&base, &new, &options, json)
@@ -100,9 +112,17 @@ fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
             c.fail,
             c.skip,
             c.error,
-            if a.complete { "" } else { ", incomplete" },
+            if a.complete { "" } else { ", INCOMPLETE" },
             a.dir.display()
         );
+        if let Some(gap) = a
+            .environment
+            .extra
+            .get("shard_gap")
+            .and_then(|v| v.as_str())
+        {
+            eprintln!("relattn report merge: {arch}: {gap}");
+        }
     }
     Ok(())
 }
@@ -111,12 +131,15 @@ fn diff(base: &Path, new: &Path, options: &DiffOptions, json: bool) -> anyhow::R
     let ok_factor = options.error_factor.is_finite() && options.error_factor >= 1.0;
     let ok_drop = (0.0..100.0).contains(&options.throughput_drop_pct);
     let ok_floor = options.ratio_floor.is_finite() && options.ratio_floor >= 0.0;
-    if !(ok_factor && ok_drop && ok_floor) {
+    let ok_time = options.time_floor_ms.is_finite() && options.time_floor_ms >= 0.0;
+    if !(ok_factor && ok_drop && ok_floor && ok_time) {
         return Err(exit::usage(
-            "--error-factor must be >= 1, --throughput-drop in [0, 100), --ratio-floor >= 0",
+            "--error-factor must be >= 1, --throughput-drop in [0, 100), --ratio-floor >= 0, \
+             --time-floor-ms >= 0",
         ));
     }
     let (b, n) = (load(base)?, load(new)?);
+    relattn_reports::check_comparable(&b, &n).map_err(|e| exit::usage(e.to_string()))?;
     let result = relattn_reports::diff(&b, &n, options);
     if json {
         crate::output::print(&(serde_json::to_string_pretty(&result)? + "\n"))?;

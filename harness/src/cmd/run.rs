@@ -13,6 +13,7 @@ use relattn_matrices::Shard;
 use relattn_reports::{Environment, ReportWriter, Row};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,12 +54,49 @@ pub struct Args {
     /// --worker "python3 my_worker.py".
     #[arg(long = "worker", value_name = "COMMAND")]
     pub workers: Vec<String>,
+    /// Exit 3 (writing no report) unless a usable GPU runs the GPU trials: for CI jobs on GPU
+    /// runners, where a CPU-only run would pass without testing anything on the device.
+    #[arg(long)]
+    pub require_gpu: bool,
+    /// Continue an interrupted run into the same --out: trials whose rows are complete in
+    /// results.jsonl are kept, the others run. The matrix, shard, paths and build must be the
+    /// run's own (recorded in summary.json when it started).
+    #[arg(long)]
+    pub resume: bool,
     /// Seconds a worker may take to answer one request before it is killed and restarted.
     #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
     pub worker_timeout_s: f64,
 }
 
+/// Set by the first SIGINT: no trial starts after it; the run writes an INCOMPLETE report.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// SIGINT stops the run after the trials in flight; a second one ends the process at once.
+fn handle_sigint() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            if STOP.swap(true, Ordering::SeqCst) {
+                eprintln!("relattn run: second interrupt, stopping now");
+                std::process::exit(130);
+            }
+            eprintln!(
+                "relattn run: interrupted: finishing the trials in flight, then writing an \
+                 INCOMPLETE report (interrupt again to stop at once)"
+            );
+        });
+        if let Err(e) = installed {
+            eprintln!("relattn run: cannot handle SIGINT ({e}); an interrupt ends the run at once");
+        }
+    });
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    handle_sigint();
     let libs = crate::gpu_exec::libraries_present();
     let factory = factory(&args);
     run_with(args, &NvmlSource::new(), libs, &factory)
@@ -105,10 +143,20 @@ pub fn run_with(
         workers: crate::worker::specs(&args.impls, &args.workers).map_err(exit::usage)?,
         worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
     };
+    // At once, before anything slow: a second run into this --out stops here naming the first.
+    let _lock = crate::run_lock::RunLock::acquire(&args.out).map_err(exit::usage)?;
     let session = Session::open_with(&opts, source, libs_present, factory)
         .map_err(|e| exit::usage(format!("{e:#}")))?;
     if let GpuStatus::Rejected(why) = &session.status {
         return Err(exit::no_gpu(why.clone()));
+    }
+    // A failed GPU setup turns the status into Absent, so Ready means the device is in use.
+    if args.require_gpu {
+        if let Some(why) = session.status.unusable_reason() {
+            return Err(exit::no_gpu(format!(
+                "--require-gpu: {why}; nothing was run (drop --require-gpu to run the CPU part)"
+            )));
+        }
     }
     let arch = match &session.status {
         GpuStatus::Ready { devices, .. } => {
@@ -127,8 +175,57 @@ pub fn run_with(
             "relattn run: no usable GPU, running the CPU part (routing and reference checks) only"
         );
     }
-    let env = environment(&session, &args);
-    let mut writer = ReportWriter::create(&args.out, &arch, env)?;
+    let mut env = environment(&session, &args);
+    let identity = run_identity(&session, &args);
+    env.extra.insert(IDENTITY_KEY.into(), identity.clone());
+    let arch_dir = args.out.join(&arch);
+    let has_report = ["results.jsonl", "summary.json"]
+        .iter()
+        .any(|f| arch_dir.join(f).is_file());
+    let (mut writer, done) = if has_report && args.resume {
+        let kept = relattn_reports::load_arch(&arch_dir)
+            .map_err(|e| exit::usage(format!("--resume: {e}")))?;
+        check_identity(&arch_dir, &kept.environment, &identity)?;
+        env.started = kept.environment.started.clone();
+        let mut resumed = kept
+            .environment
+            .extra
+            .get("resumed")
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        resumed.push(serde_json::json!(relattn_reports::now()));
+        env.extra.insert("resumed".into(), resumed.into());
+        let (writer, rows) = ReportWriter::resume(&args.out, &arch, env)?;
+        let names: std::collections::HashSet<&str> =
+            session.trials.iter().map(|t| t.name.as_str()).collect();
+        if let Some(r) = rows.iter().find(|r| !names.contains(r.trial.as_str())) {
+            return Err(exit::usage(format!(
+                "--resume: {} holds trial {}, which this run does not have: the matrix \
+                 changed; give another --out",
+                arch_dir.display(),
+                r.trial
+            )));
+        }
+        let done: std::collections::HashSet<String> = rows.into_iter().map(|r| r.trial).collect();
+        eprintln!(
+            "relattn run: resuming {}: {} of {} trials already done",
+            arch_dir.display(),
+            done.len(),
+            session.trials.len()
+        );
+        (writer, done)
+    } else if has_report {
+        return Err(exit::usage(format!(
+            "{} already holds a report: pass --resume to continue an interrupted run there, \
+             or give another --out (or remove that directory)",
+            arch_dir.display()
+        )));
+    } else {
+        (
+            ReportWriter::create(&args.out, &arch, env)?,
+            Default::default(),
+        )
+    };
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let started = Instant::now();
     let bar = ProgressBar::with_draw_target(
@@ -142,7 +239,11 @@ pub fn run_with(
     );
     let mut write_error = None;
     let failures = writer.dir().join("failures");
-    execute_all(&session, Some(&failures), |row| {
+    for r in writer.rows() {
+        *counts.entry(r.status.as_str()).or_default() += 1;
+    }
+    bar.inc(done.len() as u64);
+    execute_all(&session, &done, Some(&failures), |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
@@ -167,6 +268,16 @@ pub fn run_with(
     }
     bar.finish_and_clear();
     let dir = writer.dir().to_path_buf();
+    if stopping() {
+        let done = writer.rows().len();
+        writer.finish_incomplete()?;
+        return Err(exit::failed(format!(
+            "interrupted after {done} of {} trials; the report in {} is INCOMPLETE: continue \
+             it with the same command and --resume",
+            session.trials.len(),
+            dir.display()
+        )));
+    }
     let summary = writer.finish()?;
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     eprintln!(
@@ -188,9 +299,19 @@ pub fn run_with(
 /// Run every trial (CPU ones on threads of their own, native GPU ones on one thread per device,
 /// each worker's on one thread) and hand each row to `on_row` (on this thread) as soon as it
 /// finishes. Failing worker trials keep their case and output files under `keep`.
-fn execute_all(session: &Session, keep: Option<&std::path::Path>, mut on_row: impl FnMut(Row)) {
+fn execute_all(
+    session: &Session,
+    done: &std::collections::HashSet<String>,
+    keep: Option<&std::path::Path>,
+    mut on_row: impl FnMut(Row),
+) {
     let (tx, rx) = mpsc::channel::<Row>();
-    let trials = session.trials.clone();
+    let trials: Vec<Trial> = session
+        .trials
+        .iter()
+        .filter(|t| !done.contains(&t.name))
+        .cloned()
+        .collect();
     let store = Arc::new(CaseStore::for_trials(&trials));
     let (runs, cpu): (Vec<Trial>, Vec<Trial>) = trials
         .into_iter()
@@ -223,9 +344,14 @@ fn execute_all(session: &Session, keep: Option<&std::path::Path>, mut on_row: im
                     (queue.clone(), tx.clone(), store.clone(), matrix.clone());
                 scope.spawn(move || loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some(group) = next else { break };
+                    let Some(group) = next.filter(|_| !stopping()) else {
+                        break;
+                    };
                     let runners = Runners::native(Some((exec, slot)));
                     for t in &group {
+                        if stopping() {
+                            break;
+                        }
                         let _ = tx.send(run_trial(t, &store, &runners, &matrix));
                     }
                 });
@@ -239,6 +365,9 @@ fn execute_all(session: &Session, keep: Option<&std::path::Path>, mut on_row: im
             };
             scope.spawn(move || {
                 for t in &trials {
+                    if stopping() {
+                        break;
+                    }
                     let _ = tx.send(run_trial(t, &store, &runners, &matrix));
                 }
             });
@@ -251,7 +380,9 @@ fn execute_all(session: &Session, keep: Option<&std::path::Path>, mut on_row: im
             let (cpu, tx, store, matrix) = (cpu.clone(), tx.clone(), store.clone(), matrix.clone());
             scope.spawn(move || loop {
                 let next = cpu.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                let Some(t) = next else { break };
+                let Some(t) = next.filter(|_| !stopping()) else {
+                    break;
+                };
                 let _ = tx.send(run_trial(&t, &store, &Runners::default(), &matrix));
             });
         }
@@ -268,7 +399,9 @@ fn environment(session: &Session, args: &Args) -> Environment {
         shard: args.shard.clone(),
         started: Some(relattn_reports::now()),
         relattn_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        git_revision: git_revision(),
+        relattn_revision: crate::provenance::relattn_revision(),
+        relattn_build: Some(crate::provenance::relattn_build()),
+        git_revision: crate::provenance::workdir_revision(),
         hostname: std::fs::read_to_string("/etc/hostname")
             .ok()
             .map(|s| s.trim().to_string()),
@@ -299,18 +432,59 @@ fn environment(session: &Session, args: &Args) -> Environment {
     env
 }
 
-/// The git revision, from `RELATTN_GIT_REV` or `git rev-parse HEAD`; None outside a checkout.
-fn git_revision() -> Option<String> {
-    if let Ok(rev) = std::env::var("RELATTN_GIT_REV") {
-        return Some(rev);
+/// Key of summary.json's `environment.extra` holding what a resumed run must share.
+const IDENTITY_KEY: &str = "run_identity";
+
+/// What `--resume` compares: the matrix, shard, case filter, paths, bounds checks, devices,
+/// workers and relattn's build.
+fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
+    serde_json::json!({
+        "matrix": session.gpu_matrix,
+        "shard": args.shard,
+        "case": args.case,
+        "paths": args.paths,
+        "bounds_check": args.bounds_check,
+        "devices": args.devices,
+        "impls": args.impls,
+        "workers": args.workers,
+        "build": crate::provenance::relattn_build(),
+    })
+}
+
+fn check_identity(
+    dir: &std::path::Path,
+    kept: &Environment,
+    identity: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let Some(old) = kept.extra.get(IDENTITY_KEY) else {
+        return Err(exit::usage(format!(
+            "--resume: {} does not record how its run was started (written by an older \
+             relattn); give another --out",
+            dir.display()
+        )));
+    };
+    let differing: Vec<String> = identity
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| old.get(k.as_str()) != Some(v))
+        .map(|(k, v)| {
+            format!(
+                "{k} {} (was {})",
+                v,
+                old.get(k.as_str()).unwrap_or(&serde_json::Value::Null)
+            )
+        })
+        .collect();
+    if differing.is_empty() {
+        return Ok(());
     }
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    Err(exit::usage(format!(
+        "--resume: {} was started differently: {}; resume with the same matrix, shard, paths \
+         and build, or give another --out",
+        dir.display(),
+        differing.join(", ")
+    )))
 }
 
 #[cfg(test)]
@@ -351,8 +525,25 @@ mod tests {
             no_compile_checks: false,
             impls: Vec::new(),
             workers: Vec::new(),
+            require_gpu: false,
+            resume: false,
             worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
         }
+    }
+
+    #[test]
+    fn require_gpu_without_a_driver_exits_3_before_any_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let factory = CountingFactory::default();
+        let mut a = args(dir.path());
+        a.require_gpu = true;
+        let err = run_with(a, &MockSource::new(Vec::new()), false, &factory).unwrap_err();
+        assert_eq!(exit::code_of(&err), exit::Code::NoGpu, "{err}");
+        assert!(err.to_string().contains("--require-gpu"), "{err}");
+        assert!(
+            !dir.path().join("cpu").exists(),
+            "no report for a refused run"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Diffing against a baseline.
 
 use crate::common::{trials, write};
-use relattn_reports::{diff, load, DiffOptions, Report, Row, Status};
+use relattn_reports::{check_comparable, diff, load, DiffOptions, Report, Row, Status};
 use std::path::Path;
 
 fn report(dir: &Path, rows: &[Row]) -> Report {
@@ -96,17 +96,113 @@ fn changes_under_the_thresholds_are_not_flagged() {
 }
 
 #[test]
-fn missing_and_added_trials_are_listed_and_strict_coverage_fails_on_them() {
+fn missing_trials_regress_unless_allowed_and_added_ones_are_listed() {
     let tmp = tempfile::tempdir().unwrap();
     let base = report(&tmp.path().join("base"), &trials("t", 0..4));
     let new = report(&tmp.path().join("new"), &trials("t", 1..5));
     let d = diff(&base, &new, &DiffOptions::default());
     assert_eq!(d.missing.len(), 1);
     assert_eq!(d.added.len(), 1);
-    assert!(!d.is_regression());
+    assert!(d.is_regression(), "{}", d.render());
+    assert!(d.render().contains("--allow-missing"), "{}", d.render());
+    let allowed = DiffOptions {
+        allow_missing: true,
+        ..DiffOptions::default()
+    };
+    assert!(!diff(&base, &new, &allowed).is_regression());
+}
+
+#[test]
+fn newly_skipped_trials_regress_under_strict_coverage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..3);
+    let mut skipped = rows.clone();
+    skipped[0].status = Status::Skip;
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &skipped);
+    assert!(!diff(&base, &new, &DiffOptions::default()).is_regression());
     let strict = DiffOptions {
         strict_coverage: true,
         ..DiffOptions::default()
     };
     assert!(diff(&base, &new, &strict).is_regression());
+}
+
+#[test]
+fn a_non_finite_error_where_the_base_was_finite_regresses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..3);
+    let mut broken = rows.clone();
+    broken[0].max_abs = Some(f64::NAN);
+    broken[1].max_abs = Some(f64::INFINITY);
+    // Status left at fail in base: not a new failure, so only the error decides.
+    let mut base_rows = rows.clone();
+    base_rows[1].status = Status::Fail;
+    broken[1].status = Status::Fail;
+    let base = report(&tmp.path().join("base"), &base_rows);
+    let new = report(&tmp.path().join("new"), &broken);
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert!(d.is_regression(), "{}", d.render());
+    let grown: Vec<&str> = d.error_growth.iter().map(|g| g.trial.as_str()).collect();
+    assert_eq!(grown, vec![rows[0].trial.as_str(), rows[1].trial.as_str()]);
+    assert!(d.error_growth.iter().all(|g| g.factor.is_infinite()));
+    let json = serde_json::to_value(&d).unwrap();
+    assert_eq!(json["error_growth"][0]["new_max_abs"], "NaN");
+}
+
+#[test]
+fn throughput_drops_under_the_time_floor_are_noise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rows = trials("t", 0..2);
+    for r in &mut rows {
+        r.ms = Some(0.05);
+    }
+    let mut slower = rows.clone();
+    slower[0].tflops = Some(50.0);
+    slower[1].ms = Some(0.5); // over the floor in new: a real slowdown
+    slower[1].tflops = Some(50.0);
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &slower);
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert_eq!(d.timing_noise.len(), 1, "{}", d.render());
+    assert_eq!(d.timing_noise[0].trial, rows[0].trial);
+    assert_eq!(d.slowdowns.len(), 1);
+    assert_eq!(d.slowdowns[0].trial, rows[1].trial);
+    assert!(d.render().contains("Timing noise"), "{}", d.render());
+    let no_floor = DiffOptions {
+        time_floor_ms: 0.0,
+        ..DiffOptions::default()
+    };
+    assert_eq!(diff(&base, &new, &no_floor).slowdowns.len(), 2);
+}
+
+#[test]
+fn reports_of_different_architectures_are_not_compared() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..2);
+    let (b, n) = (tmp.path().join("base"), tmp.path().join("new"));
+    write(&b, "sm90", "1/1", &rows);
+    write(&n, "cpu", "1/1", &rows);
+    let (base, new) = (load(&b).unwrap(), load(&n).unwrap());
+    let err = check_comparable(&base, &new).unwrap_err().to_string();
+    assert!(err.contains("sm90") && err.contains("cpu"), "{err}");
+    assert!(check_comparable(&base, &base).is_ok());
+}
+
+#[test]
+fn an_incomplete_new_report_regresses_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..2);
+    let base = report(&tmp.path().join("base"), &rows);
+    let mut new = report(&tmp.path().join("new"), &rows);
+    new.archs.get_mut("sm90").unwrap().complete = false;
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert_eq!(d.incomplete, vec!["sm90".to_string()]);
+    assert!(d.is_regression());
+    assert!(d.render().contains("INCOMPLETE"));
+    let allowed = DiffOptions {
+        allow_missing: true,
+        ..DiffOptions::default()
+    };
+    assert!(!diff(&base, &new, &allowed).is_regression());
 }

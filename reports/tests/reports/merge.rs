@@ -90,3 +90,31 @@ fn merge_needs_readable_inputs() {
     let err = merge(&[tmp.path().join("missing")], &tmp.path().join("out")).unwrap_err();
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+#[test]
+fn merge_with_a_missing_shard_is_incomplete_and_never_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, c, out) = (
+        tmp.path().join("a"),
+        tmp.path().join("c"),
+        tmp.path().join("out"),
+    );
+    write(&a, "sm90", "1/3", &trials("a", 0..2));
+    write(&c, "sm90", "3/3", &trials("c", 0..2));
+    let merged = merge(&[a.clone(), c.clone()], &out).unwrap();
+    let m = &merged.archs["sm90"];
+    assert!(!m.complete);
+    let gap = m.environment.extra["shard_gap"].as_str().unwrap();
+    assert!(gap.contains("1 of 3 shards missing (2/3)"), "{gap}");
+    let back = load(&out).unwrap();
+    assert!(!back.archs["sm90"].complete, "summary.json says incomplete");
+    let md = std::fs::read_to_string(out.join("sm90").join("summary.md")).unwrap();
+    assert!(md.contains("INCOMPLETE") && !md.contains("PASS"), "{md}");
+    let shown = relattn_reports::show(&out).unwrap();
+    assert!(!shown.contains("PASS"), "{shown}");
+    // Shards of different counts cannot be shown to cover anything.
+    let b = tmp.path().join("b");
+    write(&b, "sm90", "2/4", &trials("b", 0..2));
+    let merged = merge(&[a, b, c], &tmp.path().join("out2")).unwrap();
+    assert!(!merged.archs["sm90"].complete);
+}
