@@ -76,6 +76,17 @@ pub struct RunOutput {
     pub kernels: Vec<String>,
 }
 
+impl RunOutput {
+    /// Elements of the real rows (`t < cu_seqlens_q[B]`) that are not finite.
+    pub fn non_finite_real(&self, problem: &Problem) -> usize {
+        self.out
+            .outer_iter()
+            .take(problem.real_rows())
+            .map(|r| r.iter().filter(|x| !x.is_finite()).count())
+            .sum()
+    }
+}
+
 /// Why a run produced no output, classified once for every command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {

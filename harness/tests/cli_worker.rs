@@ -79,6 +79,32 @@ fn relattn_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("the relattn binary runs")
 }
 
+/// `relattn exec --impl NAME --path PATH --input IN --output OUT [extra]`.
+fn exec_worker(name: &str, path: &str, input: &str, output: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["exec", "--impl", name, "--path", path];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--input", input, "--output", output]);
+    relattn_env(&args, &[])
+}
+
+/// `relattn run` of `tests/data/faulty.toml` on the faulty worker only, into `out`.
+fn run_faulty(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let matrix = repo().join("harness/tests/data/faulty.toml");
+    let mut args = vec![
+        "run",
+        "--matrix",
+        matrix.to_str().unwrap(),
+        "--impl",
+        "faulty",
+        "--paths",
+        "none",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    relattn_env(&args, env)
+}
+
 fn rows(report: &Path) -> Vec<Value> {
     std::fs::read_to_string(report.join("cpu/results.jsonl"))
         .unwrap()
@@ -159,7 +185,6 @@ const FAULTS: [(&str, &str, &str); 8] = [
 fn each_worker_fault_costs_exactly_its_trial() {
     python_ready();
     let dir = tempfile::tempdir().unwrap();
-    let matrix = repo().join("harness/tests/data/faulty.toml");
     let planted: Vec<(String, String)> = FAULTS
         .iter()
         .map(|(var, mix, _)| (var.to_string(), format!("::{mix}::")))
@@ -169,22 +194,7 @@ fn each_worker_fault_costs_exactly_its_trial() {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let started = std::time::Instant::now();
-    let out = relattn_env(
-        &[
-            "run",
-            "--matrix",
-            matrix.to_str().unwrap(),
-            "--impl",
-            "faulty",
-            "--paths",
-            "none",
-            "--worker-timeout-s",
-            "3",
-            "--out",
-            dir.path().to_str().unwrap(),
-        ],
-        &env,
-    );
+    let out = run_faulty(dir.path(), &["--worker-timeout-s", "3"], &env);
     no_panic(&out);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     // Two timeouts (hang, close) of 3 s, the rest fast.
@@ -267,18 +277,11 @@ fn each_worker_fault_costs_exactly_its_trial() {
             .to_string_lossy()
             .ends_with("-padding-normal-seed1-policy-13b03ffa11.out.safetensors")));
     let replay = dir.path().join("replay.safetensors");
-    let out = relattn_env(
-        &[
-            "exec",
-            "--impl",
-            "faulty",
-            "--path",
-            "faulty",
-            "--input",
-            kept.to_str().unwrap(),
-            "--output",
-            replay.to_str().unwrap(),
-        ],
+    let out = exec_worker(
+        "faulty",
+        "faulty",
+        kept.to_str().unwrap(),
+        replay.to_str().unwrap(),
         &[],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -296,21 +299,7 @@ fn each_worker_fault_costs_exactly_its_trial() {
 fn a_worker_that_keeps_dying_is_given_up_after_three_deaths() {
     python_ready();
     let dir = tempfile::tempdir().unwrap();
-    let matrix = repo().join("harness/tests/data/faulty.toml");
-    let out = relattn_env(
-        &[
-            "run",
-            "--matrix",
-            matrix.to_str().unwrap(),
-            "--impl",
-            "faulty",
-            "--paths",
-            "none",
-            "--out",
-            dir.path().to_str().unwrap(),
-        ],
-        &[("RELATTN_FAULTY_CRASH", "impl::")],
-    );
+    let out = run_faulty(dir.path(), &[], &[("RELATTN_FAULTY_CRASH", "impl::")]);
     no_panic(&out);
     assert_eq!(out.status.code(), Some(1));
     let rows = worker_rows(dir.path());
@@ -404,18 +393,11 @@ fn exec_runs_a_case_file_on_a_worker() {
     let case = dir.path().join("case.safetensors");
     write_case(&case, &problem, &CaseMeta::of(&problem)).unwrap();
     let out_file = dir.path().join("out.safetensors");
-    let out = relattn_env(
-        &[
-            "exec",
-            "--impl",
-            "numpy",
-            "--path",
-            "numpy",
-            "--input",
-            case.to_str().unwrap(),
-            "--output",
-            out_file.to_str().unwrap(),
-        ],
+    let out = exec_worker(
+        "numpy",
+        "numpy",
+        case.to_str().unwrap(),
+        out_file.to_str().unwrap(),
         &[],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -439,18 +421,11 @@ fn exec_runs_a_case_file_on_a_worker() {
         .skip(problem.real_rows())
         .all(|r| r.iter().all(|x| x.is_nan())));
     // A path the worker does not have.
-    let out = relattn_env(
-        &[
-            "exec",
-            "--impl",
-            "numpy",
-            "--path",
-            "vllm_op",
-            "--input",
-            case.to_str().unwrap(),
-            "--output",
-            out_file.to_str().unwrap(),
-        ],
+    let out = exec_worker(
+        "numpy",
+        "vllm_op",
+        case.to_str().unwrap(),
+        out_file.to_str().unwrap(),
         &[],
     );
     assert_eq!(out.status.code(), Some(2));
@@ -460,20 +435,12 @@ fn exec_runs_a_case_file_on_a_worker() {
         text(&out.stderr)
     );
     // The bounds check builds this project's kernels: not a worker's.
-    let out = relattn_env(
-        &[
-            "exec",
-            "--impl",
-            "numpy",
-            "--path",
-            "numpy",
-            "--bounds-check",
-            "--input",
-            case.to_str().unwrap(),
-            "--output",
-            out_file.to_str().unwrap(),
-        ],
-        &[],
+    let out = exec_worker(
+        "numpy",
+        "numpy",
+        case.to_str().unwrap(),
+        out_file.to_str().unwrap(),
+        &["--bounds-check"],
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(

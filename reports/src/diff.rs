@@ -98,13 +98,8 @@ pub struct Slowdown {
 /// A throughput drop past the percentage on a trial too short to time reliably.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimingNoise {
-    pub arch: String,
-    pub trial: String,
-    pub path: String,
-    pub metric: &'static str,
-    pub base: f64,
-    pub new: f64,
-    pub drop_pct: f64,
+    #[serde(flatten)]
+    pub drop: Slowdown,
     /// The longer of the two times, under `time_floor_ms`.
     pub ms: f64,
 }
@@ -237,16 +232,7 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
         if let Some(s) = slowdown(arch, b, n, options) {
             let ms = b.ms.unwrap_or(f64::NAN).max(n.ms.unwrap_or(f64::NAN));
             if ms.is_finite() && ms < options.time_floor_ms {
-                d.timing_noise.push(TimingNoise {
-                    arch: s.arch,
-                    trial: s.trial,
-                    path: s.path,
-                    metric: s.metric,
-                    base: s.base,
-                    new: s.new,
-                    drop_pct: s.drop_pct,
-                    ms,
-                });
+                d.timing_noise.push(TimingNoise { drop: s, ms });
             } else {
                 d.slowdowns.push(s);
             }
@@ -313,6 +299,18 @@ fn slowdown(arch: &str, b: &Row, n: &Row, o: &DiffOptions) -> Option<Slowdown> {
             })
         })
         .max_by(|a, c| a.drop_pct.total_cmp(&c.drop_pct))
+}
+
+fn slowdown_line(x: &Slowdown) -> String {
+    format!(
+        "[{}] {}: {} {} -> {} (-{}%)",
+        x.arch,
+        x.trial,
+        x.metric,
+        short_float(x.base),
+        short_float(x.new),
+        short_float(x.drop_pct)
+    )
 }
 
 /// Entries listed per section before "and N more".
@@ -407,33 +405,12 @@ impl DiffResult {
                 short_float(g.factor)
             )
         });
-        section(&mut s, "Slowdowns", &self.slowdowns, |x| {
-            format!(
-                "[{}] {}: {} {} -> {} (-{}%)",
-                x.arch,
-                x.trial,
-                x.metric,
-                short_float(x.base),
-                short_float(x.new),
-                short_float(x.drop_pct)
-            )
-        });
+        section(&mut s, "Slowdowns", &self.slowdowns, slowdown_line);
         section(
             &mut s,
             "Timing noise (not regressions)",
             &self.timing_noise,
-            |x| {
-                format!(
-                    "[{}] {}: {} {} -> {} (-{}%) at {} ms",
-                    x.arch,
-                    x.trial,
-                    x.metric,
-                    short_float(x.base),
-                    short_float(x.new),
-                    short_float(x.drop_pct),
-                    short_float(x.ms)
-                )
-            },
+            |x| format!("{} at {} ms", slowdown_line(&x.drop), short_float(x.ms)),
         );
         section(&mut s, "Missing from the new report", &self.missing, |t| {
             format!("[{}] {} ({})", t.arch, t.trial, t.status)

@@ -60,14 +60,8 @@ pub fn time_workers(
                     Some(t) => {
                         let mut row = BenchRow::timed(shape, &label, figures, t, peaks);
                         row.num_splits = Some(run.num_splits);
+                        let bad = run.non_finite_real(problem);
                         row.kernels = run.kernels;
-                        let bad = run
-                            .out
-                            .outer_iter()
-                            .take(problem.real_rows())
-                            .flat_map(|r| r.iter().copied().collect::<Vec<_>>())
-                            .filter(|x| !x.is_finite())
-                            .count();
                         if bad > 0 || !run.padding_intact {
                             row.status = RowStatus::Error;
                             row.message = format!(

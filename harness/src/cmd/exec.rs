@@ -182,13 +182,7 @@ fn print_summary(
     problem: &Problem,
     output: &std::path::Path,
 ) {
-    let real = problem.real_rows();
-    let unwritten = run
-        .out
-        .outer_iter()
-        .take(real)
-        .map(|r| r.iter().filter(|x| !x.is_finite()).count())
-        .sum::<usize>();
+    let unwritten = run.non_finite_real(problem);
     let ms = run.ms.map_or("-".to_string(), |m| format!("{m:.3} ms"));
     println!(
         "{} on {what}: [{}], num_splits {}, {ms}; non-finite real-row elements {unwritten}, padding {}, decode counters left {}; wrote {}",

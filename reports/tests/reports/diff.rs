@@ -165,7 +165,7 @@ fn throughput_drops_under_the_time_floor_are_noise() {
     let new = report(&tmp.path().join("new"), &slower);
     let d = diff(&base, &new, &DiffOptions::default());
     assert_eq!(d.timing_noise.len(), 1, "{}", d.render());
-    assert_eq!(d.timing_noise[0].trial, rows[0].trial);
+    assert_eq!(d.timing_noise[0].drop.trial, rows[0].trial);
     assert_eq!(d.slowdowns.len(), 1);
     assert_eq!(d.slowdowns[0].trial, rows[1].trial);
     assert!(d.render().contains("Timing noise"), "{}", d.render());
