@@ -21,7 +21,8 @@ const CASE_FILES_KEPT: usize = 8;
 /// Lines of the worker's stderr quoted in an erroring trial's message.
 const TAIL_IN_MESSAGE: usize = 12;
 /// A failing trial's case and output files are kept with the report up to this size each, and
-/// up to `KEEP_TOTAL_BYTES` per worker and run.
+/// while the report's `failures/` folder holds less than `KEEP_TOTAL_BYTES` (whatever kept it:
+/// every worker of the run, and the runs a `--resume` continues).
 pub const KEEP_FILE_BYTES: u64 = 256 << 20;
 pub const KEEP_TOTAL_BYTES: u64 = 2 << 30;
 
@@ -35,8 +36,6 @@ struct State {
     /// The last run's trial, case file and output file (kept until the next run, so a failing
     /// trial's files can be kept with its report).
     last: Option<(String, PathBuf, PathBuf)>,
-    /// Bytes kept with reports so far.
-    kept_bytes: u64,
 }
 
 pub struct WorkerRunner {
@@ -87,7 +86,6 @@ impl WorkerRunner {
                 cases: VecDeque::new(),
                 files: 0,
                 last: None,
-                kept_bytes: 0,
             }),
         })
     }
@@ -265,7 +263,7 @@ impl Runner for WorkerRunner {
     }
 
     fn keep(&self, trial: &str, dir: &Path) -> Option<Kept> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (id, case, out) = st.last.clone()?;
         if id != trial {
             return None;
@@ -273,6 +271,7 @@ impl Runner for WorkerRunner {
         std::fs::create_dir_all(dir).ok()?;
         let stem = trial.replace("::", "-");
         let mut kept = Kept::default();
+        let mut held = folder_bytes(dir);
         for (from, name, slot) in [
             (case, format!("{stem}.case.safetensors"), &mut kept.case),
             (out, format!("{stem}.out.safetensors"), &mut kept.output),
@@ -280,9 +279,9 @@ impl Runner for WorkerRunner {
             let Ok(meta) = std::fs::metadata(&from) else {
                 continue;
             };
-            if meta.len() > KEEP_FILE_BYTES || st.kept_bytes + meta.len() > KEEP_TOTAL_BYTES {
+            if meta.len() > KEEP_FILE_BYTES || held + meta.len() > KEEP_TOTAL_BYTES {
                 kept.left_out.push(format!(
-                    "{name} ({} MiB: over the {} MiB per file or {} MiB per run kept)",
+                    "{name} ({} MiB: over the {} MiB per file or the {} MiB a report keeps)",
                     meta.len() >> 20,
                     KEEP_FILE_BYTES >> 20,
                     KEEP_TOTAL_BYTES >> 20
@@ -291,7 +290,7 @@ impl Runner for WorkerRunner {
             }
             let to = dir.join(&name);
             if std::fs::copy(&from, &to).is_ok() {
-                st.kept_bytes += meta.len();
+                held += meta.len();
                 *slot = Some(to);
             }
         }
@@ -317,11 +316,46 @@ impl Runner for WorkerRunner {
     }
 }
 
+/// Bytes of the files directly in `dir` (0 when it cannot be listed).
+fn folder_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 impl Drop for WorkerRunner {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = st.process.take() {
             p.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_bytes_counts_what_the_folder_already_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(folder_bytes(dir.path()), 0);
+        assert_eq!(folder_bytes(&dir.path().join("absent")), 0);
+        // Sparse files: their length counts, their blocks are never written.
+        for (name, len) in [("a.case.safetensors", KEEP_TOTAL_BYTES - 10), ("b", 7)] {
+            std::fs::File::create(dir.path().join(name))
+                .unwrap()
+                .set_len(len)
+                .unwrap();
+        }
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        assert_eq!(folder_bytes(dir.path()), KEEP_TOTAL_BYTES - 3);
     }
 }
