@@ -3,6 +3,7 @@
 pub mod args;
 pub mod bench;
 pub mod cmd;
+pub mod coverage;
 pub mod execute;
 pub mod exit;
 pub mod gpu_exec;

@@ -77,3 +77,37 @@ fn a_bad_shard_or_tier_exits_2() {
         );
     }
 }
+
+#[test]
+fn ci_reaches_every_supported_entry_and_feature() {
+    let out = relattn(&["matrix", "--coverage", "ci"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(!stdout.contains("no case:"), "{stdout}");
+    for label in [
+        "fallback/decode/fp16",
+        "score_mod/windowed/bf16",
+        "sheared_bias/combine/fp16",
+    ] {
+        assert!(stdout.contains(label), "{stdout}");
+    }
+    // The JSON has a row per entry and no gaps.
+    let out = relattn(&["matrix", "--coverage", "ci", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gaps"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(16), "{v}");
+    assert!(v["rows"][0]["cases"]["peaked"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn a_tier_with_gaps_exits_1_and_names_them() {
+    // smoke was not grown for coverage: it has cells no case reaches.
+    let out = relattn(&["matrix", "--coverage", "smoke"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("no case: ") && stdout.contains("peaked"),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains("have no case in smoke"));
+}

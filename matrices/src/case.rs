@@ -6,7 +6,7 @@ use crate::split::SplitSetting;
 use crate::tolerance::Tolerance;
 use crate::PATHS;
 use relattn_reference::limits::LimitError;
-use relattn_reference::{BiasMode, GenSpec, PageMode};
+use relattn_reference::{BiasMode, GenSpec, Inputs, PageMode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -179,6 +179,7 @@ impl Case {
             ("dtype", s.dtype.name().to_string()),
             ("mix", self.mix.clone()),
             ("bias", bias_name(s.bias).to_string()),
+            ("inputs", s.inputs.name().to_string()),
             ("batch", self.batch().to_string()),
             ("max_query_len", self.max_query_len().to_string()),
             ("max_kv_len", self.max_kv_len().to_string()),
@@ -243,6 +244,10 @@ pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
         spec.seed,
         sample_rows.map_or("all".to_string(), |n| n.to_string()),
     );
+    // Appended only away from the default, so ids from before the axis stand.
+    if spec.inputs != Inputs::Rms1 {
+        let _ = write!(s, ";inputs={}", spec.inputs.name());
+    }
     s
 }
 

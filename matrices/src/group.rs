@@ -7,7 +7,7 @@ use crate::mixes::{mix, Mix, MIXES};
 use crate::split::SplitSetting;
 use crate::{PATHS, REGRESSION_CLASSES};
 use relattn_reference::limits::Dim;
-use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec};
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
 use serde::Deserialize;
 
 /// A `[[group]]`: the cartesian product of its axes. Only `layers`, `heads` and `mixes` are
@@ -33,6 +33,9 @@ pub(crate) struct RawGroup {
     seeds: Vec<u64>,
     #[serde(default = "default_bias")]
     bias: Vec<String>,
+    /// Input regimes (`relattn_reference::regime`); default `rms1`.
+    #[serde(default = "default_inputs")]
+    inputs: Vec<String>,
     /// Unused blocks and block-table slack past the last needed page.
     spare_pages: Option<usize>,
     /// NaN in every cache slot no request may read (default true).
@@ -73,6 +76,9 @@ fn default_seeds() -> Vec<u64> {
 fn default_bias() -> Vec<String> {
     vec!["normal".into()]
 }
+fn default_inputs() -> Vec<String> {
+    vec!["rms1".into()]
+}
 
 /// A checked group.
 #[derive(Debug, Clone)]
@@ -87,6 +93,7 @@ pub(crate) struct Group {
     pub(crate) splits: Vec<SplitSetting>,
     pub(crate) seeds: Vec<u64>,
     pub(crate) bias: Vec<BiasMode>,
+    pub(crate) inputs: Vec<Inputs>,
     pub(crate) spare_pages: usize,
     pub(crate) poison: bool,
     pub(crate) sample_rows: Option<usize>,
@@ -120,6 +127,7 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
     non_empty("splits", g.splits.len())?;
     non_empty("seeds", g.seeds.len())?;
     non_empty("bias", g.bias.len())?;
+    non_empty("inputs", g.inputs.len())?;
     // Counted from the lengths alone, before anything is parsed or built.
     let cases = product(&[
         g.layers.len(),
@@ -130,6 +138,7 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
         g.layouts.len(),
         g.dtypes.len(),
         g.bias.len(),
+        g.inputs.len(),
         g.seeds.len(),
     ]);
     if cases > MAX_CASES {
@@ -255,6 +264,15 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
         };
         bias.push(mode);
     }
+    let mut inputs = Vec::new();
+    for s in &g.inputs {
+        let regime = s
+            .parse::<Inputs>()
+            .map_err(|e| bad("inputs", &quoted(s), &e))?;
+        if !inputs.contains(&regime) {
+            inputs.push(regime);
+        }
+    }
     if g.sample_rows == Some(0) {
         return Err(bad("sample_rows", &0, "sample at least one row"));
     }
@@ -307,6 +325,7 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
         splits,
         seeds: g.seeds,
         bias,
+        inputs,
         spare_pages,
         poison: g.poison.unwrap_or(true),
         sample_rows: g.sample_rows,
@@ -327,6 +346,7 @@ impl Group {
             self.layouts.len(),
             self.dtypes.len(),
             self.bias.len(),
+            self.inputs.len(),
             self.seeds.len(),
         ])
     }

@@ -10,7 +10,7 @@ use crate::rules::Rules;
 use crate::split::SplitSetting;
 use crate::tolerance::{self, RawTolerance, Tolerances};
 use crate::PATHS;
-use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec};
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -193,12 +193,13 @@ impl Matrix {
             g.dtypes.len(),
             g.mixes.len(),
             g.bias.len(),
+            g.inputs.len(),
             g.seeds.len(),
         ];
         let total: usize = dims.iter().product();
         let mut out = Vec::with_capacity(total);
         for n in 0..total {
-            let mut at = [0usize; 9];
+            let mut at = [0usize; 10];
             let mut rest = n;
             for k in (0..dims.len()).rev() {
                 at[k] = rest % dims[k];
@@ -213,7 +214,8 @@ impl Matrix {
                 dtype: g.dtypes[at[5]],
                 mix: g.mixes[at[6]],
                 bias: g.bias[at[7]],
-                seed: g.seeds[at[8]],
+                inputs: g.inputs[at[8]],
+                seed: g.seeds[at[9]],
             };
             out.push(self.case(g, axes));
         }
@@ -239,6 +241,7 @@ impl Matrix {
             spare_pages: g.spare_pages,
             poison: g.poison,
             seed: a.seed,
+            inputs: a.inputs,
         };
         let sample_rows = g.sample_rows.or(shape.sample_rows);
         let mut name = String::new();
@@ -251,14 +254,18 @@ impl Matrix {
             name.push_str(&format!("::d{}", a.head_dim));
         }
         name.push_str(&format!(
-            "::page{}::{}::{}::{}::{}::seed{}",
+            "::page{}::{}::{}::{}::{}",
             a.page,
             a.layout.name(),
             a.dtype.name(),
             a.mix.name,
             bias_name(a.bias),
-            a.seed
         ));
+        // The default regime is left out, so names (and ids) from before the axis stand.
+        if a.inputs != Inputs::Rms1 {
+            name.push_str(&format!("::{}", a.inputs.name()));
+        }
+        name.push_str(&format!("::seed{}", a.seed));
         // Group scalars away from their defaults, so names of different cases rarely collide.
         if g.spare_pages != 1 {
             name.push_str(&format!("::spare{}", g.spare_pages));
@@ -300,5 +307,6 @@ struct Axes {
     dtype: DType,
     mix: &'static Mix,
     bias: BiasMode,
+    inputs: Inputs,
     seed: u64,
 }

@@ -106,6 +106,11 @@ pub static MIXES: &[Mix] = &[
         build: padding,
     },
     Mix {
+        name: "decode_padding",
+        about: "a decode batch padded to 8 rows (graph replay), Lk up to 3000",
+        build: decode_padding,
+    },
+    Mix {
         name: "long_decode_128k",
         about: "decodes over 131072 keys, sampled rows",
         build: long_decode_128k,
@@ -255,6 +260,13 @@ fn padding(_: Layer) -> MixShape {
     MixShape {
         padding_rows: 13,
         ..shape(&[(3, 50), (1, 400), (20, 20)])
+    }
+}
+
+fn decode_padding(_: Layer) -> MixShape {
+    MixShape {
+        padding_rows: 3,
+        ..shape(&[(1, 900), (1, 3000), (1, 17), (1, 2048), (1, 1)])
     }
 }
 

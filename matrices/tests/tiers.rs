@@ -95,6 +95,7 @@ fn ci_covers_every_axis_value() {
         add("dtype", s.dtype.name().to_string());
         add("bias", format!("{:?}", s.bias).to_lowercase());
         add("mix", c.mix.clone());
+        add("inputs", s.inputs.name().to_string());
         add("seed", s.seed.to_string());
         for split in &c.splits {
             add("split", split.to_string());
@@ -124,6 +125,10 @@ fn ci_covers_every_axis_value() {
         ("layout", &["nhd_packed", "hnd_packed", "contiguous"]),
         ("dtype", &["bf16", "fp16"]),
         ("bias", &["normal", "distinct", "zero"]),
+        (
+            "inputs",
+            &["rms1", "peaked", "sink", "diagonal", "large_logits"],
+        ),
         ("split", &["policy", "s1", "s2", "s3", "s7", "s16", "s128"]),
     ];
     for (axis, values) in required {

@@ -3,6 +3,7 @@
 use crate::dtype::DType;
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError};
+use crate::regime::{self, Inputs};
 use ndarray::{Array2, Array3};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -58,6 +59,9 @@ pub struct GenSpec {
     /// Fill every cache slot no request may read with NaN.
     pub poison: bool,
     pub seed: u64,
+    /// How the values are shaped (`rms1`: the producer facts of SPEC 1).
+    #[serde(default)]
+    pub inputs: Inputs,
 }
 
 impl GenSpec {
@@ -86,6 +90,7 @@ impl GenSpec {
             spare_pages: 1,
             poison: true,
             seed,
+            inputs: Inputs::Rms1,
         }
     }
 
@@ -292,6 +297,27 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
             }
         }
     }
+
+    let mut rel_logits = rel_logits;
+    regime::apply(
+        spec.inputs,
+        &mut regime::Tensors {
+            dtype,
+            head_dim: d,
+            rel_extent: e,
+            window_left: spec.window_left,
+            page_size: page,
+            requests: &spec.requests,
+            q: &mut q,
+            rel_logits: &mut rel_logits,
+            kv: &mut kv,
+            block_table: &block_table,
+            key_at: &|block, slot, head| kview.at(block, slot, head),
+            num_blocks,
+            num_kv_heads: hkv,
+            seed: spec.seed,
+        },
+    );
 
     let mut cu_seqlens_q = Vec::with_capacity(batch + 1);
     cu_seqlens_q.push(0i32);

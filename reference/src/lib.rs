@@ -17,6 +17,7 @@ pub mod limits;
 pub mod oracle;
 pub mod output;
 pub mod problem;
+pub mod regime;
 pub mod sample;
 pub mod transform;
 
@@ -26,3 +27,4 @@ pub use output::RefOutput;
 pub use problem::{
     window_spans_extent, CacheLayout, KvView, Problem, ProblemData, ProblemError, Request,
 };
+pub use regime::Inputs;

@@ -110,6 +110,9 @@ pub struct Args {
     /// Seed of the inputs [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Input regime: rms1, peaked, sink, diagonal or large_logits [default: rms1].
+    #[arg(long)]
+    pub inputs: Option<relattn_reference::Inputs>,
     /// Case id recorded in the file [default: the preset name].
     #[arg(long)]
     pub case_id: Option<String>,
@@ -294,6 +297,7 @@ fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
         spare_pages: a.spare_pages.unwrap_or(base.spare_pages),
         poison: base.poison && !a.no_poison,
         seed: a.seed.unwrap_or(base.seed),
+        inputs: a.inputs.unwrap_or(base.inputs),
     })
 }
 

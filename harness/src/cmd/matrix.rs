@@ -18,15 +18,65 @@ pub struct Args {
     /// With --show: also print every skipped trial with its reason.
     #[arg(long, requires = "show")]
     pub skipped: bool,
+    /// Print which (path, kernel entry, dtype) the tier's trials reach, crossed with the
+    /// features a launch can use, counted in cases from the launch plans; exit 1 if a cell the
+    /// kernels support has no case.
+    #[arg(long, value_name = "TIER|FILE", conflicts_with_all = ["show", "list"])]
+    pub coverage: Option<String>,
+    /// With --coverage: print JSON instead of the table.
+    #[arg(long, requires = "coverage")]
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(matrix) = &args.coverage {
+        return coverage(matrix, args.json);
+    }
     let text = match &args.show {
         Some(matrix) => show(matrix, args.shard.as_deref(), args.skipped)?,
         None => list()?,
     };
     crate::output::print(&text)?;
     Ok(())
+}
+
+fn coverage(matrix: &str, json: bool) -> Result<()> {
+    let m = load(matrix).map_err(usage)?;
+    let x = m.expand().map_err(usage)?;
+    let cov = crate::coverage::of_cases(&x.cases);
+    let gaps = cov.gaps();
+    let text = if json {
+        format!("{:#}\n", cov.json())
+    } else {
+        let mut t = cov.table();
+        let _ = writeln!(
+            t,
+            "{}: {} cases; cells: cases whose trials reach the feature on that entry (-: the entry cannot use it)",
+            m.name,
+            x.cases.len()
+        );
+        for (e, f) in &gaps {
+            let _ = writeln!(
+                t,
+                "no case: {}/{}/{} with {}",
+                e.path.as_str(),
+                e.stage.as_str(),
+                e.dtype.name(),
+                f.name()
+            );
+        }
+        t
+    };
+    crate::output::print(&text)?;
+    if gaps.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::exit::failed(format!(
+            "{} supported (entry, feature) cells have no case in {}",
+            gaps.len(),
+            m.name
+        )))
+    }
 }
 
 fn usage(err: relattn_matrices::MatrixError) -> anyhow::Error {

@@ -5,7 +5,7 @@ use crate::run::*;
 use proptest::prelude::*;
 use relattn_reference::casefile::{read_output, write_case, CaseMeta};
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
-use relattn_reference::{CacheLayout, DType};
+use relattn_reference::{CacheLayout, DType, Inputs};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -87,6 +87,7 @@ fn small_spec() -> impl Strategy<Value = GenSpec> {
             any::<bool>(),
             0usize..3,
             any::<u64>(),
+            prop::sample::select(Inputs::ALL.to_vec()),
         ),
     )
         .prop_map(
@@ -100,7 +101,7 @@ fn small_spec() -> impl Strategy<Value = GenSpec> {
                 layout,
                 requests,
                 padding,
-                (bias, zero, spare, seed),
+                (bias, zero, spare, seed, inputs),
             )| {
                 GenSpec {
                     dtype,
@@ -123,6 +124,7 @@ fn small_spec() -> impl Strategy<Value = GenSpec> {
                     spare_pages: spare,
                     poison: true,
                     seed,
+                    inputs,
                 }
             },
         )

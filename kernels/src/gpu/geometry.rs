@@ -3,7 +3,8 @@
 
 #![deny(unsafe_code)]
 
-use relattn_reference::{DType, KvView, Problem};
+use relattn_reference::limits::LimitError;
+use relattn_reference::{DType, GenSpec, KvView, Problem};
 
 /// Scalars and per-request lengths of one problem.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +55,37 @@ impl Geometry {
             k: p.k,
             v: p.v,
         }
+    }
+
+    /// The geometry `generate(spec)` would give, from the spec alone (nothing is generated), for
+    /// planning a matrix's launches without a GPU or the memory its cases take.
+    pub fn of_spec(spec: &GenSpec) -> Result<Geometry, LimitError> {
+        let size = spec.size()?;
+        let (k, v, kv_elems) = spec.layout.views(
+            size.blocks,
+            spec.page_size,
+            spec.num_kv_heads,
+            spec.head_dim,
+        );
+        Ok(Geometry {
+            dtype: spec.dtype,
+            total_rows: size.rows,
+            real_rows: spec.requests.iter().map(|r| r.0).sum(),
+            num_heads: spec.num_heads,
+            num_kv_heads: spec.num_kv_heads,
+            head_dim: spec.head_dim,
+            rel_extent: spec.rel_extent,
+            page_size: spec.page_size,
+            window_left: spec.window_left,
+            softmax_scale: spec.softmax_scale,
+            q_lens: spec.requests.iter().map(|r| r.0).collect(),
+            kv_lens: spec.requests.iter().map(|r| r.1).collect(),
+            max_pages: size.max_pages,
+            num_blocks: size.blocks,
+            kv_elems,
+            k,
+            v,
+        })
     }
 
     pub fn batch(&self) -> usize {

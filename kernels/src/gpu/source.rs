@@ -51,7 +51,7 @@ pub fn program_name(path: PathId) -> String {
 }
 
 /// A kernel stage of a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stage {
     /// sheared_bias: build the sheared bias buffer.
     Prologue,

@@ -161,6 +161,7 @@ pub fn small_spec(
         spare_pages: 1,
         poison: true,
         seed,
+        inputs: relattn_reference::Inputs::Rms1,
     }
 }
 

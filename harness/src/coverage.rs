@@ -1,0 +1,310 @@
+//! `relattn matrix --coverage`: which (path, kernel entry, dtype) a tier's trials reach, crossed
+//! with the features a launch can use, counted from the launch plans the GPU runs make
+//! (`plan_launches` over `Geometry::of_spec`, the geometry the generated case has), not from a
+//! second model of them.
+
+use relattn_kernels::gpu::{
+    bias_stages, has_single_query_ctas, kv_map_shape, plan_launches, streams_kv, Geometry, Splits,
+    Stage, KEY_TILE, WGMMA_ARCH,
+};
+use relattn_kernels::routing::PathId;
+use relattn_matrices::Case;
+use relattn_reference::{DType, Inputs};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// The dtypes the matrices run on GPU paths (fp32 is a rule of tiers/paths.toml).
+pub const DTYPES: [DType; 2] = [DType::Bf16, DType::F16];
+/// GQA groups of the SPEC's tables and beyond.
+pub const GROUPS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// A column of the table: a feature a launch can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// More than one KV split (sheared_bias main and combine, fallback decode).
+    SplitKv,
+    /// Fallback decode splits cut into pieces.
+    DecodePieces,
+    /// Decode rows in single-query CTAs.
+    SingleQuery,
+    /// A decode-only batch streaming K/V through the single-query ring.
+    StreamedKv,
+    /// K/V tiles by tensor copy (TMA) on sm_90a.
+    TensorCopy,
+    /// rel_logits staged in shared memory (E a multiple of 8).
+    StagedBias,
+    /// rel_logits gathered per cell (E not a multiple of 8).
+    GatheredBias,
+    /// A KV length that is not a multiple of the 64-key tile.
+    PartialTile,
+    PaddingRows,
+    Group(usize),
+    /// Page sizes below 64, 64 to 128, above 128, not a power of two.
+    PageSmall,
+    PageMid,
+    PageLarge,
+    PageNotPow2,
+    Regime(Inputs),
+}
+
+impl Feature {
+    pub fn all() -> Vec<Feature> {
+        let mut v = vec![
+            Feature::SplitKv,
+            Feature::DecodePieces,
+            Feature::SingleQuery,
+            Feature::StreamedKv,
+            Feature::TensorCopy,
+            Feature::StagedBias,
+            Feature::GatheredBias,
+            Feature::PartialTile,
+            Feature::PaddingRows,
+        ];
+        v.extend(GROUPS.map(Feature::Group));
+        v.extend([
+            Feature::PageSmall,
+            Feature::PageMid,
+            Feature::PageLarge,
+            Feature::PageNotPow2,
+        ]);
+        v.extend(Inputs::ALL.map(Feature::Regime));
+        v
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Feature::SplitKv => "split_kv".into(),
+            Feature::DecodePieces => "decode_pieces".into(),
+            Feature::SingleQuery => "single_query".into(),
+            Feature::StreamedKv => "streamed_kv".into(),
+            Feature::TensorCopy => "tensor_copy".into(),
+            Feature::StagedBias => "staged_bias".into(),
+            Feature::GatheredBias => "gathered_bias".into(),
+            Feature::PartialTile => "partial_tile".into(),
+            Feature::PaddingRows => "padding_rows".into(),
+            Feature::Group(g) => format!("G{g}"),
+            Feature::PageSmall => "page<64".into(),
+            Feature::PageMid => "page64-128".into(),
+            Feature::PageLarge => "page>128".into(),
+            Feature::PageNotPow2 => "page_npot".into(),
+            Feature::Regime(r) => r.name().into(),
+        }
+    }
+
+    /// Whether a launch of `stage` on `path` can use the feature at all (the table's cells that
+    /// must be reached; the others print `-`).
+    pub fn applies(self, path: PathId, stage: Stage) -> bool {
+        let query = matches!(stage, Stage::Main | Stage::Windowed);
+        match self {
+            Feature::SplitKv => matches!(
+                (path, stage),
+                (PathId::ShearedBias, Stage::Main | Stage::Combine)
+                    | (PathId::Fallback, Stage::Decode)
+            ),
+            Feature::DecodePieces => stage == Stage::Decode,
+            Feature::SingleQuery | Feature::StreamedKv | Feature::TensorCopy => query,
+            // sheared_bias reads its sheared buffer, not rel_logits.
+            Feature::StagedBias | Feature::GatheredBias => {
+                path != PathId::ShearedBias && (query || stage == Stage::Decode)
+            }
+            // Prologue and combine work per query row: KV tiles and pages are not theirs.
+            Feature::PartialTile
+            | Feature::PageSmall
+            | Feature::PageMid
+            | Feature::PageLarge
+            | Feature::PageNotPow2 => !matches!(stage, Stage::Prologue | Stage::Combine),
+            Feature::PaddingRows | Feature::Group(_) | Feature::Regime(_) => true,
+        }
+    }
+}
+
+/// A row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    pub path: PathId,
+    pub stage: Stage,
+    pub dtype: DType,
+}
+
+/// Per entry, the cases whose trials reach each feature.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    pub cells: BTreeMap<(Entry, Feature), usize>,
+}
+
+/// The features one launch plan of a case uses.
+fn features(case: &Case, g: &Geometry, num_splits: usize, pieces: usize) -> Vec<Feature> {
+    let mut f = Vec::new();
+    if num_splits > 1 {
+        f.push(Feature::SplitKv);
+    }
+    if pieces > 1 {
+        f.push(Feature::DecodePieces);
+    }
+    if has_single_query_ctas(g) {
+        f.push(Feature::SingleQuery);
+    }
+    if streams_kv(g) {
+        f.push(Feature::StreamedKv);
+    }
+    if !has_single_query_ctas(g) && kv_map_shape(g, &g.k, WGMMA_ARCH).is_some() {
+        f.push(Feature::TensorCopy);
+    }
+    f.push(if bias_stages(g) {
+        Feature::StagedBias
+    } else {
+        Feature::GatheredBias
+    });
+    if g.kv_lens.iter().any(|&k| k % KEY_TILE != 0) {
+        f.push(Feature::PartialTile);
+    }
+    if g.total_rows > g.real_rows {
+        f.push(Feature::PaddingRows);
+    }
+    let group = g.group();
+    if GROUPS.contains(&group) {
+        f.push(Feature::Group(group));
+    }
+    let page = g.page_size;
+    f.push(match page {
+        0..64 => Feature::PageSmall,
+        64..=128 => Feature::PageMid,
+        _ => Feature::PageLarge,
+    });
+    if !page.is_power_of_two() {
+        f.push(Feature::PageNotPow2);
+    }
+    f.push(Feature::Regime(case.spec.inputs));
+    f
+}
+
+/// The coverage of a tier's runnable trials.
+pub fn of_cases(cases: &[Case]) -> Coverage {
+    let mut cov = Coverage::default();
+    for case in cases {
+        let Ok(g) = Geometry::of_spec(&case.spec) else {
+            continue;
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for trial in case.trials().into_iter().filter(|t| t.skip.is_none()) {
+            let Ok(path) = trial.path.parse::<PathId>() else {
+                continue;
+            };
+            let splits =
+                crate::runner::forced_splits(trial.split).map_or(Splits::Policy, Splits::Forced);
+            let Ok(plan) = plan_launches(path, &g, splits) else {
+                continue;
+            };
+            let feats = features(case, &g, plan.num_splits, plan.decode_pieces);
+            for launch in &plan.launches {
+                let entry = Entry {
+                    path,
+                    stage: launch.stage,
+                    dtype: g.dtype,
+                };
+                for &f in &feats {
+                    if f.applies(path, launch.stage) && seen.insert((entry, f)) {
+                        *cov.cells.entry((entry, f)).or_default() += 1;
+                    }
+                }
+            }
+        }
+    }
+    cov
+}
+
+/// Every entry the launch plans can choose.
+pub fn entries() -> Vec<Entry> {
+    let mut v = Vec::new();
+    for path in PathId::ALL {
+        for &stage in Stage::of(path) {
+            for dtype in DTYPES {
+                v.push(Entry { path, stage, dtype });
+            }
+        }
+    }
+    v
+}
+
+impl Coverage {
+    pub fn count(&self, e: Entry, f: Feature) -> usize {
+        self.cells.get(&(e, f)).copied().unwrap_or(0)
+    }
+
+    /// Cells that apply and no case reaches.
+    pub fn gaps(&self) -> Vec<(Entry, Feature)> {
+        let mut out = Vec::new();
+        for e in entries() {
+            for f in Feature::all() {
+                if f.applies(e.path, e.stage) && self.count(e, f) == 0 {
+                    out.push((e, f));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn table(&self) -> String {
+        let feats = Feature::all();
+        let mut out = String::new();
+        let _ = write!(out, "{:<30}", "path/entry/dtype");
+        for f in &feats {
+            let _ = write!(out, " {:>w$}", f.name(), w = f.name().len().max(3));
+        }
+        out.push('\n');
+        for e in entries() {
+            let label = format!(
+                "{}/{}/{}",
+                e.path.as_str(),
+                e.stage.as_str(),
+                e.dtype.name()
+            );
+            let _ = write!(out, "{label:<30}");
+            for &f in &feats {
+                let w = f.name().len().max(3);
+                let cell = if f.applies(e.path, e.stage) {
+                    self.count(e, f).to_string()
+                } else {
+                    "-".into()
+                };
+                let _ = write!(out, " {cell:>w$}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let rows: Vec<_> = entries()
+            .into_iter()
+            .map(|e| {
+                let counts: serde_json::Map<String, serde_json::Value> = Feature::all()
+                    .into_iter()
+                    .filter(|f| f.applies(e.path, e.stage))
+                    .map(|f| (f.name(), self.count(e, f).into()))
+                    .collect();
+                serde_json::json!({
+                    "path": e.path.as_str(),
+                    "entry": e.stage.as_str(),
+                    "dtype": e.dtype.name(),
+                    "cases": counts,
+                })
+            })
+            .collect();
+        let gaps: Vec<_> = self
+            .gaps()
+            .into_iter()
+            .map(|(e, f)| {
+                serde_json::json!({
+                    "path": e.path.as_str(),
+                    "entry": e.stage.as_str(),
+                    "dtype": e.dtype.name(),
+                    "feature": f.name(),
+                })
+            })
+            .collect();
+        serde_json::json!({ "rows": rows, "gaps": gaps })
+    }
+}
