@@ -46,12 +46,13 @@ __device__ __forceinline__ float scale_scores(bool far, float scale2, const unsi
             for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
         return 1.f;
     }
+    const float to_log2 = MUTANT(21) ? scale2 : LOG2E;  // the planted defect scales the bias too
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-        s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * LOG2E);
-        s[n][1] = fmaf(s[n][1], scale2, Tc<T>::hi(x[n][0]) * LOG2E);
-        s[n][2] = fmaf(s[n][2], scale2, Tc<T>::lo(x[n][1]) * LOG2E);
-        s[n][3] = fmaf(s[n][3], scale2, Tc<T>::hi(x[n][1]) * LOG2E);
+        s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * to_log2);
+        s[n][1] = fmaf(s[n][1], scale2, Tc<T>::hi(x[n][0]) * to_log2);
+        s[n][2] = fmaf(s[n][2], scale2, Tc<T>::lo(x[n][1]) * to_log2);
+        s[n][3] = fmaf(s[n][3], scale2, Tc<T>::hi(x[n][1]) * to_log2);
     }
     return 1.f;
 }

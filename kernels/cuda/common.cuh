@@ -189,7 +189,7 @@ template <class T> __device__ __forceinline__ void st_shear(const Params& p, i64
 }
 __device__ __forceinline__ i64 ld_block(const Params& p, i64 i) {
     check_index(i, p.bt_size);
-    return p.block_table[i];
+    return p.block_table[MUTANT(18) ? i % p.bt_stride : i];
 }
 __device__ __forceinline__ i64 ld_cu(const Params& p, i64 b) {
     check_index(b, p.B + 1);
@@ -393,8 +393,10 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
     for (i64 s0 = 0; s0 < p.num_splits; s0 += THREADS) {
         const i64 s = s0 + c;
         float w = -1.f;
-        if (s < p.num_splits && nonempty(s))
-            w = MUTANT(5) ? 1.f : expf(ld_ws_lse(p, (s * p.T + t) * p.H + h) - m);
+        if (s < p.num_splits && (MUTANT(12) || nonempty(s))) {
+            const float e = ld_ws_lse(p, (s * p.T + t) * p.H + h) - m;
+            w = MUTANT(5) ? 1.f : expf(MUTANT(11) ? fmaxf(e, -4.f) : e);
+        }
         __syncthreads();  // the previous chunk's weights are read
         wgt[c] = w;
         __syncthreads();

@@ -12,9 +12,9 @@ struct FallbackRow : RowBase {
     static constexpr bool REL_ROWS = true;  // the bias is rel_logits[t, h, d] (`RelStage`)
     __device__ __forceinline__ FallbackRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
-        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);
+        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : MUTANT(15) ? c.kvh * 8 + g : c.kvh * p.G + g);
         rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
-        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
+        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + (MUTANT(16) ? c.kvh : h)) * p.E;
     }
     using Cursor = RelCursor<T>;
     __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }
@@ -162,7 +162,8 @@ __device__ void merge_group(const Params& p, const Cta& c, i64 first, i64 n, i64
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
                 if (s0 + k < n) {
-                    const float w = MUTANT(5) ? 1.f : expf(lse[k] - m);
+                    const float e = lse[k] - m;
+                    const float w = (MUTANT(5) || (MUTANT(20) && to_slot >= 0)) ? 1.f : expf(MUTANT(11) ? fmaxf(e, -4.f) : e);
 #pragma unroll
                     for (int j = 0; j < 8; ++j) acc[j] = fmaf(w, v[k][j], acc[j]);
                     wsum += w;

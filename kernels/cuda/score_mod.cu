@@ -13,9 +13,9 @@ struct ScoreModRow : RowBase {
     static constexpr bool REL_ROWS = true;  // the bias is rel_logits[t, h, d] (`RelStage`)
     __device__ __forceinline__ ScoreModRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
-        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);
+        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : MUTANT(15) ? c.kvh * 8 + g : c.kvh * p.G + g);
         rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
-        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + h) * p.E;
+        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + (MUTANT(16) ? c.kvh : h)) * p.E;
     }
     using Cursor = RelCursor<T>;
     __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }

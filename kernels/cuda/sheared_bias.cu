@@ -39,9 +39,9 @@ __device__ void sheared_bias_prologue(const Params& p) {
         const bool rel_ok = MUTANT(7) ? i <= r.q_len : valid;
         if (!valid && !rel_ok) break;  // uniform; later rows are past the request too
         const i64 t = r.q_start + i;
-        const i64 pos = r.prefix() + i;
+        const i64 pos = MUTANT(17) ? i : r.prefix() + i;
         const i64 base = shear_base(p, pos);
-        const i64 rel_row = ((MUTANT(3) ? i : t) * p.H + h) * p.E;
+        const i64 rel_row = ((MUTANT(3) ? i : t) * p.H + (MUTANT(16) ? h / p.G : h)) * p.E;
         for (int k = threadIdx.x; k < width; k += THREADS) {
             const i64 d = pos - (base + k);
             const bool in_window = !local || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
@@ -80,7 +80,7 @@ struct ShearedRow : RowBase {
     static constexpr bool REL_ROWS = false;  // the bias comes from the sheared buffer
     __device__ __forceinline__ ShearedRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
-        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : c.kvh * p.G + g);
+        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : MUTANT(15) ? c.kvh * 8 + g : c.kvh * p.G + g);
         base = (int)shear_base(p, pos);
         shear_row = (t * p.H + h) * p.shear_width;
     }

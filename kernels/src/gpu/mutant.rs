@@ -8,6 +8,8 @@ use std::fmt;
 use std::str::FromStr;
 
 const ALL_PATHS: &[PathId] = &[PathId::ShearedBias, PathId::ScoreMod, PathId::Fallback];
+/// The paths with a split combine: sheared_bias's combine and the fallback decode's merge.
+const COMBINE_PATHS: &[PathId] = &[PathId::ShearedBias, PathId::Fallback];
 
 /// One planted defect. `define()` is the value of `-DRELATTN_MUTANT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,10 +33,36 @@ pub enum Mutant {
     /// this launch is right, the next on the same workspace would merge early; only the check
     /// that every counter is back at zero sees it.
     CounterNotReset,
+    /// The online softmax forgets the earlier KV tiles at each tile (alpha = 0): SPEC 5 class 6.
+    SoftmaxReset,
+    /// The online softmax rescales earlier tiles by at most 2^-8 (a lazy rescale with no catch-up): only a running max that jumps by more than 8 (log2) shows it.
+    RescaleClamped,
+    /// The split combines weight partials by `exp(max(lse - m, -4))`: only splits whose LSEs differ by more than 4 show it.
+    CombineClamped,
+    /// sheared_bias's combine reads the partials of empty splits (uninitialised workspace): SPEC 5 class 7.
+    EmptySplitPublished,
+    /// Query blocks store the rows past the request's end (tile padding) into the rows that follow.
+    WritesPaddingRows,
+    /// fp16 builds mark masked staged bias cells with bf16's -inf bits (a NaN in fp16): only fp16 shows it.
+    Fp16NegInfBits,
+    /// The GQA mapping assumes G = 8 (`kvh * 8 + g`): only G != 8 shows it.
+    GroupFixedEight,
+    /// rel_logits is read for the KV head instead of the query head.
+    BiasOfKvHead,
+    /// The query's position is `i` instead of `P + i` (the cached prefix left out of d).
+    PositionWithoutPrefix,
+    /// Every request reads request 0's block-table row.
+    BlockTableRowZero,
+    /// Tiles load the keys outside [lo, hi) too (pre-window and past-the-end slots, NaN-poisoned): SPEC 5 class 7.
+    UnmaskedKeysLoaded,
+    /// The fallback decode merges a split's pieces without the `exp(lse - max)` rescale (the splits' merge keeps it).
+    PiecesNoRescale,
+    /// The query blocks multiply the bias by the softmax scale.
+    BiasTimesScale,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::RelIndexMinusOne,
         Mutant::BiasAtExtent,
         Mutant::LocalRowBias,
@@ -43,6 +71,19 @@ impl Mutant {
         Mutant::WindowStrict,
         Mutant::RelRowPastEnd,
         Mutant::CounterNotReset,
+        Mutant::SoftmaxReset,
+        Mutant::RescaleClamped,
+        Mutant::CombineClamped,
+        Mutant::EmptySplitPublished,
+        Mutant::WritesPaddingRows,
+        Mutant::Fp16NegInfBits,
+        Mutant::GroupFixedEight,
+        Mutant::BiasOfKvHead,
+        Mutant::PositionWithoutPrefix,
+        Mutant::BlockTableRowZero,
+        Mutant::UnmaskedKeysLoaded,
+        Mutant::PiecesNoRescale,
+        Mutant::BiasTimesScale,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,10 +96,23 @@ impl Mutant {
             Mutant::WindowStrict => "window_strict",
             Mutant::RelRowPastEnd => "rel_row_past_end",
             Mutant::CounterNotReset => "counter_not_reset",
+            Mutant::SoftmaxReset => "softmax_reset",
+            Mutant::RescaleClamped => "rescale_clamped",
+            Mutant::CombineClamped => "combine_clamped",
+            Mutant::EmptySplitPublished => "empty_split_published",
+            Mutant::WritesPaddingRows => "writes_padding_rows",
+            Mutant::Fp16NegInfBits => "fp16_neg_inf_bits",
+            Mutant::GroupFixedEight => "group_fixed_eight",
+            Mutant::BiasOfKvHead => "bias_of_kv_head",
+            Mutant::PositionWithoutPrefix => "position_without_prefix",
+            Mutant::BlockTableRowZero => "block_table_row_zero",
+            Mutant::UnmaskedKeysLoaded => "unmasked_keys_loaded",
+            Mutant::PiecesNoRescale => "pieces_no_rescale",
+            Mutant::BiasTimesScale => "bias_times_scale",
         }
     }
 
-    /// The value of `RELATTN_MUTANT` that plants this defect (1..=8).
+    /// The value of `RELATTN_MUTANT` that plants this defect (1..=21).
     pub fn define(self) -> u32 {
         match self {
             Mutant::RelIndexMinusOne => 1,
@@ -69,6 +123,19 @@ impl Mutant {
             Mutant::WindowStrict => 6,
             Mutant::RelRowPastEnd => 7,
             Mutant::CounterNotReset => 8,
+            Mutant::SoftmaxReset => 9,
+            Mutant::RescaleClamped => 10,
+            Mutant::CombineClamped => 11,
+            Mutant::EmptySplitPublished => 12,
+            Mutant::WritesPaddingRows => 13,
+            Mutant::Fp16NegInfBits => 14,
+            Mutant::GroupFixedEight => 15,
+            Mutant::BiasOfKvHead => 16,
+            Mutant::PositionWithoutPrefix => 17,
+            Mutant::BlockTableRowZero => 18,
+            Mutant::UnmaskedKeysLoaded => 19,
+            Mutant::PiecesNoRescale => 20,
+            Mutant::BiasTimesScale => 21,
         }
     }
 
@@ -77,9 +144,13 @@ impl Mutant {
         match self {
             // Only the split combines rescale partials: sheared_bias's combine and the fallback
             // path's decode merge.
-            Mutant::CombineNoRescale => &[PathId::ShearedBias, PathId::Fallback],
-            // Only the fallback decode kernel counts finished splits.
-            Mutant::CounterNotReset => &[PathId::Fallback],
+            Mutant::CombineNoRescale | Mutant::CombineClamped => COMBINE_PATHS,
+            // Only sheared_bias's combine reads a partial per split, empty or not.
+            Mutant::EmptySplitPublished => &[PathId::ShearedBias],
+            // Only the fallback decode kernel counts finished splits and cuts splits into pieces.
+            Mutant::CounterNotReset | Mutant::PiecesNoRescale => &[PathId::Fallback],
+            // Only the paths whose rows read rel_logits stage it (sheared_bias reads its buffer).
+            Mutant::Fp16NegInfBits => &[PathId::ScoreMod, PathId::Fallback],
             _ => ALL_PATHS,
         }
     }
@@ -101,7 +172,20 @@ impl Mutant {
             Mutant::RelRowPastEnd => {
                 "a last request whose q_len is not a tile multiple and no padding rows, under the bounds check"
             }
-            Mutant::CounterNotReset => "any split-KV decode on the fallback path"
+            Mutant::CounterNotReset => "any split-KV decode on the fallback path",
+            Mutant::SoftmaxReset => "a row whose keys span two or more KV tiles",
+            Mutant::RescaleClamped => "peaked attention: a row whose running max jumps by several units",
+            Mutant::CombineClamped => "split-KV where the splits' LSEs differ by more than 4 (peaked attention)",
+            Mutant::EmptySplitPublished => "more splits than KV tiles",
+            Mutant::WritesPaddingRows => "a last request whose rows do not fill its tile, with padding rows or the bounds check",
+            Mutant::Fp16NegInfBits => "fp16 with staged bias on masked tiles (local layers, decode rows)",
+            Mutant::GroupFixedEight => "GQA groups other than 8",
+            Mutant::BiasOfKvHead => "more than one query head per KV head, or several KV heads",
+            Mutant::PositionWithoutPrefix => "chunked prefill or decode (P > 0)",
+            Mutant::BlockTableRowZero => "two or more requests with their own pages",
+            Mutant::UnmaskedKeysLoaded => "a tile straddling the window start or the last key, over poisoned slots",
+            Mutant::PiecesNoRescale => "split decode whose splits are cut into pieces with different LSEs",
+            Mutant::BiasTimesScale => "any case with a bias on a tile within E",
         }
     }
 }
@@ -122,7 +206,7 @@ impl FromStr for Mutant {
             .ok_or_else(|| {
                 let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.as_str()).collect();
                 format!(
-                    "unknown mutant `{s}`: expected 1..=8 or one of {}",
+                    "unknown mutant `{s}`: expected 1..=21 or one of {}",
                     names.join(", ")
                 )
             })
