@@ -17,7 +17,7 @@ mod rules;
 mod split;
 mod tolerance;
 
-pub use case::{canonical_form, case_id, Case, TrialPlan, ID_LEN};
+pub use case::{canonical_form, case_id, Case, TrialPlan, ID_DIGITS, ID_PREFIX};
 pub use count::{
     MAX_CASES, MAX_FORCED_SPLITS, MAX_MATRIX_FILE_BYTES, MAX_SPLIT_SETTINGS, MAX_TRIALS,
 };

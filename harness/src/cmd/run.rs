@@ -39,7 +39,8 @@ pub struct Args {
     /// Compile kernels with RELATTN_BOUNDS_CHECK: off, on or both (default: both for ci and regressions).
     #[arg(long)]
     pub bounds_check: Option<String>,
-    /// Only the case(s) whose id starts with this.
+    /// Only the case(s) whose id starts with this (ids as `relattn matrix --show` lists them, e.g.
+    /// c1b24787ba2 or a prefix like c1b2).
     #[arg(long)]
     pub case: Option<String>,
     /// Leave out the compile-only check of every program for every supported architecture
