@@ -10,6 +10,7 @@ pub mod gpu_status;
 pub mod judge;
 pub mod output;
 pub mod plan;
+pub mod progress;
 pub mod provenance;
 pub mod run_lock;
 pub mod runner;
