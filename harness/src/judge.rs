@@ -2,6 +2,8 @@
 
 mod text;
 
+pub use text::{describe, location};
+
 use ndarray::Array3;
 use relattn_matrices::Tolerance;
 use relattn_reference::{Problem, RefOutput};
@@ -83,8 +85,16 @@ pub struct Verdict {
     pub rule_a: RuleOutcome,
     /// Rule (b): every element against its own `atol2 + rtol2 * |ref64|`.
     pub rule_b: RuleOutcome,
-    /// Why it failed, in one line (`text::failure`); empty on a pass.
+    /// Why it failed, in one line (`describe`); empty on a pass.
     pub reason: String,
+}
+
+/// Padding rows (`cu_seqlens_q[B] <= t < T`) all NaN, as poisoned before a run whose padding
+/// bits are not known here (workers, `relattn judge`).
+pub fn padding_is_nan(problem: &Problem, out: &Array3<f32>) -> bool {
+    out.outer_iter()
+        .skip(problem.real_rows())
+        .all(|row| row.iter().all(|x| x.is_nan()))
 }
 
 /// Judge `out` (`[T, H, D]`, as read back from the device) on the rows of `ref64`.
@@ -203,7 +213,7 @@ pub fn judge(
         && rule_a.over == 0
         && rule_b.over == 0;
     if !verdict.pass {
-        verdict.reason = text::failure(problem, &verdict);
+        verdict.reason = describe(problem, &verdict);
     }
     verdict
 }

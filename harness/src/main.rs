@@ -26,10 +26,12 @@ struct Cli {
 enum Command {
     /// Run a matrix: routing checks, reference self-checks and (with a GPU) GPU trials; write reports.
     Run(cmd::run::Args),
-    /// Write a case file from explicit parameters or a named preset.
+    /// Write a case file: a matrix case by id, a named preset, or explicit parameters.
     Gen(cmd::gen::Args),
     /// Compute the CPU reference of a case file.
     Reference(cmd::reference::Args),
+    /// Judge an output file made by anything against a case file (SPEC section 6).
+    Judge(cmd::judge::Args),
     /// Throughput of the fast f64 reference next to the machine's f64 GEMM.
     BenchReference(cmd::bench_reference::Args),
     /// Route a shape on a compute capability (works without a GPU).
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Gen(a) => cmd::gen::run(a),
         Command::Reference(a) => cmd::reference::run(a),
+        Command::Judge(a) => cmd::judge::run(a),
         Command::BenchReference(a) => cmd::bench_reference::run(a),
         Command::Route(a) => cmd::route::run(a),
         Command::Devices(a) => cmd::devices::run(a),

@@ -24,17 +24,29 @@ pub struct Phase {
 }
 
 impl Phase {
-    /// Start phase `what` of `relattn command`, `total` units of work long (0: unknown).
+    /// Start phase `what` of `relattn command`, `total` units of work long (0: not counted, a
+    /// spinner with the time on a terminal).
     pub fn start(command: &str, what: &str, total: u64) -> Phase {
         let label = format!("relattn {command}: {what}");
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            let (length, template) = if total == 0 {
+                (None, "{msg} {spinner} {elapsed}")
+            } else {
+                (
+                    Some(total),
+                    "{msg} [{bar:30}] {percent}% {elapsed} (eta {eta})",
+                )
+            };
+            let bar = ProgressBar::with_draw_target(length, ProgressDrawTarget::stderr());
             bar.set_style(
-                ProgressStyle::with_template("{msg} [{bar:30}] {percent}% {elapsed} (eta {eta})")
+                ProgressStyle::with_template(template)
                     .unwrap_or_else(|_| ProgressStyle::default_bar())
                     .progress_chars("=> "),
             );
             bar.set_message(label.clone());
+            if total == 0 {
+                bar.enable_steady_tick(Duration::from_millis(200));
+            }
             bar
         });
         if bar.is_none() {

@@ -211,19 +211,6 @@ impl Session {
     }
 }
 
-/// Why no case matched `--case prefix`, with the id format when the prefix lacks its letter.
-pub fn no_case_message(matrix: &str, prefix: &str) -> String {
-    let mut message = format!("no case of `{matrix}` has an id starting with `{prefix}`");
-    if !prefix.starts_with(relattn_matrices::ID_PREFIX) {
-        message.push_str(&format!(
-            " (case ids start with `{p}`; an id written without it, from before the prefix, \
-             is the same digits after `{p}`: `{p}{prefix}`)",
-            p = relattn_matrices::ID_PREFIX
-        ));
-    }
-    message
-}
-
 fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Case>>> {
     let m = relattn_matrices::load(matrix).with_context(|| format!("loading matrix `{matrix}`"))?;
     let expansion = m
@@ -236,7 +223,10 @@ fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Cas
     if let Some(prefix) = &opts.case {
         cases.retain(|c| c.id.starts_with(prefix.as_str()));
         if cases.is_empty() {
-            return Err(crate::exit::usage(no_case_message(matrix, prefix)));
+            return Err(crate::exit::usage(crate::case_by_id::no_case_message(
+                &format!("`{matrix}`"),
+                prefix,
+            )));
         }
     }
     // Before anything is generated: a case too large for this machine is refused with the limit.

@@ -164,6 +164,18 @@ pub enum CaseFileError {
     Problem { path: PathBuf, error: ProblemError },
     #[error("{}: cannot write: {what}", path.display())]
     Mismatch { path: PathBuf, what: String },
+    /// An output file larger than any output of the case's shape can be.
+    #[error(
+        "{}: the file takes {bytes} bytes, more than an output `out` {shape:?} (the case's \
+         [T, H, D]) can ({most} bytes at most): it is not an output of this case",
+        path.display()
+    )]
+    OutputTooLarge {
+        path: PathBuf,
+        bytes: u64,
+        shape: [usize; 3],
+        most: u64,
+    },
     /// A size limit (`crate::limits`): a dimension out of the operator's range, or more bytes
     /// than the case-byte limit.
     #[error("{}: {error}", path.display())]

@@ -1,11 +1,15 @@
-//! `relattn gen`: write a case file from a named preset or explicit parameters.
+//! `relattn gen`: write a case file from a matrix case (`--case ID`), a named preset or explicit
+//! parameters.
 //!
-//! A preset gives a complete spec; any explicit parameter given with it overrides that field.
+//! A matrix case is generated exactly as `relattn run` generates it. A preset gives a complete
+//! spec; any explicit parameter given with it overrides that field.
 //! Without a preset, `--heads`, `--kv-heads` and `--requests` are required and the rest take the
 //! model's defaults (bf16, D = 128, scale 1/D, page 16, NHD-packed caches, normal bias, shuffled
 //! pages, poisoned unreadable slots).
 
+use crate::case_by_id;
 use crate::exit::usage;
+use crate::progress::Phase;
 use anyhow::Context;
 use relattn_reference::casefile::{write_case, CaseMeta};
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
@@ -17,6 +21,10 @@ use std::path::PathBuf;
 const GLOBAL_EXTENT: usize = 1024;
 /// Local layers' `E = local_extent` (SPEC section 1).
 const LOCAL_EXTENT: usize = 512;
+
+/// Cases at least this large (their tensors in memory) take seconds to generate: the command
+/// shows its progress.
+const LONG_CASE_BYTES: u64 = 256 << 20;
 
 /// Named presets: (name, what it is).
 pub const PRESETS: [(&str, &str); 10] = [
@@ -50,11 +58,41 @@ pub const PRESETS: [(&str, &str); 10] = [
     ),
 ];
 
+/// Every flag that describes a case, which `--case` takes from its matrix instead.
+const SPEC_FLAGS: [&str; 19] = [
+    "preset",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "extent",
+    "window_left",
+    "local",
+    "scale",
+    "page_size",
+    "layout",
+    "dtype",
+    "requests",
+    "padding_rows",
+    "bias",
+    "all_zero_pages",
+    "no_poison",
+    "spare_pages",
+    "seed",
+    "case_id",
+];
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Case file to write (safetensors).
     #[arg(long, short)]
     pub output: PathBuf,
+    /// A matrix case by its id, as `relattn matrix --show` lists it (or a prefix naming one
+    /// case): written exactly as `relattn run` generates it.
+    #[arg(long, value_name = "ID", conflicts_with_all = SPEC_FLAGS)]
+    pub case: Option<String>,
+    /// The tier or matrix file that --case looks in [default: every built-in tier].
+    #[arg(long, value_name = "TIER|FILE", requires = "case")]
+    pub matrix: Option<String>,
     /// Named preset: tiny, decode, prefill, prefill2k, chunked, mixed, local, gqa16, verify,
     /// zero_table.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(PRESETS.map(|p| p.0)))]
@@ -120,11 +158,26 @@ pub struct Args {
 pub struct Requests(pub Vec<(usize, usize)>);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let spec = spec_of(&args)?;
-    check(&spec)?;
+    let (spec, case_id, matrix_case) = match &args.case {
+        Some(prefix) => {
+            let case = case_by_id::find(args.matrix.as_deref(), prefix)?;
+            case.check_bytes(max_case_bytes())
+                .map_err(|e| usage(e.to_string()))?;
+            (case.spec.clone(), Some(case.id.clone()), Some(case))
+        }
+        None => {
+            let spec = spec_of(&args)?;
+            check(&spec)?;
+            let id = args.case_id.clone().or_else(|| args.preset.clone());
+            (spec, id, None)
+        }
+    };
+    let long = spec.size().is_ok_and(|s| s.bytes() >= LONG_CASE_BYTES);
+    let phase = long.then(|| Phase::start("gen", "generating the case", 0));
     let problem = generate(&spec).map_err(|e| usage(format!("invalid case: {e}")))?;
+    phase.map(Phase::finish);
     let meta = CaseMeta {
-        case_id: args.case_id.clone().or_else(|| args.preset.clone()),
+        case_id,
         seed: Some(spec.seed),
         cache_layout: spec.layout,
     };
@@ -155,6 +208,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         spec.seed,
         size
     );
+    if let Some(case) = matrix_case {
+        let sample = case.sample_rows.map_or(String::new(), |n| {
+            format!(
+                "; `relattn run` judges a sample of {n} rows: `relattn judge --sample-rows {n}` \
+                 does the same"
+            )
+        });
+        println!("case {} of `{}`: {}{sample}", case.id, case.tier, case.name);
+    }
     Ok(())
 }
 

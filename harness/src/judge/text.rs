@@ -1,12 +1,13 @@
-//! The one-line text of a failed verdict: what failed, rule (a) and rule (b) each with the count
-//! of elements over their bound and the worst element, located by request, position, head and
-//! dim as well as by packed row.
+//! The one-line text of a verdict: what failed, rule (a) and rule (b) each with the count of
+//! elements over their bound and the worst element, located by request, position, head and dim
+//! as well as by packed row.
 
 use super::Verdict;
 use relattn_reference::Problem;
 
-/// Why `v` failed: the checks that failed, then rule (a) and rule (b), `; `-separated.
-pub(super) fn failure(problem: &Problem, v: &Verdict) -> String {
+/// The verdict `v` on `problem`: the checks that failed, then rule (a) and rule (b),
+/// `; `-separated (a failed verdict's `reason`).
+pub fn describe(problem: &Problem, v: &Verdict) -> String {
     let mut parts = Vec::new();
     if v.non_finite > 0 {
         let real = problem.real_rows() * problem.num_heads * problem.head_dim;
@@ -88,7 +89,7 @@ fn rule_b(problem: &Problem, v: &Verdict, of: &str) -> String {
 }
 
 /// `request b, position i, head h, dim c (row t)`: where packed row `t` is in its request.
-pub(crate) fn location(problem: &Problem, t: usize, h: usize, c: usize) -> String {
+pub fn location(problem: &Problem, t: usize, h: usize, c: usize) -> String {
     match problem.request_of_row(t) {
         Some(r) => format!(
             "request {}, position {}, head {h}, dim {c} (row {t})",
