@@ -100,3 +100,44 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument (flag or positional) of every subcommand, at every depth, has help text,
+    /// and so does every subcommand: `--help` explains each.
+    #[test]
+    fn every_argument_and_subcommand_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, seen: &mut usize) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                *seen += 1;
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} (the subcommand)"));
+                }
+                walk(sub, &path, missing, seen);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let (mut missing, mut seen) = (Vec::new(), 0);
+        walk(&cmd, "relattn", &mut missing, &mut seen);
+        assert!(
+            seen > 100,
+            "only {seen} arguments seen: is the tree walked?"
+        );
+        assert!(
+            missing.is_empty(),
+            "without help text:\n{}",
+            missing.join("\n")
+        );
+    }
+}
