@@ -511,6 +511,24 @@ mod tests {
         );
     }
 
+    /// `--case` takes the whole case from its matrix: every other flag that describes a case
+    /// must conflict with it rather than be ignored.
+    #[test]
+    fn case_conflicts_with_every_flag_that_describes_a_case() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let others = ["output", "case", "matrix", "help"];
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            assert!(
+                others.contains(&id) || SPEC_FLAGS.contains(&id),
+                "--{id} is not in SPEC_FLAGS: --case would ignore it"
+            );
+        }
+        let err = Cli::try_parse_from(["gen", "-o", "x", "--case", "c1", "--heads", "8"]);
+        assert!(err.is_err());
+    }
+
     #[test]
     fn every_preset_is_valid() {
         for (name, _) in PRESETS {
