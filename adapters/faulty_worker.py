@@ -21,7 +21,7 @@ and, for the whole process:
 
 The modes are checked in the order above; the first that matches decides.
 
-    RELATTN_FAULTY_CRASH=::a1b2c3d4 relattn run --worker "python3 adapters/faulty_worker.py" ...
+    RELATTN_FAULTY_CRASH=::ca1b2c3d4e relattn run --worker "python3 adapters/faulty_worker.py" ...
 """
 
 import os

@@ -1,7 +1,7 @@
 //! Running trials: each case is generated and its reference computed once, then shared by every
 //! trial (self-checks, paths, split counts, bounds-check variants) that uses it.
 
-use crate::judge::{judge, Bounds};
+use crate::judge::judge;
 use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
 use crate::runner::{forced_splits, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
@@ -158,6 +158,17 @@ pub fn reproduce_command(matrix: &str, case_id: &str, target: Option<&Target>) -
     }
 }
 
+/// A failing or erroring row as a person reads it, on `relattn run`'s console and under
+/// `cargo test`: `FAIL <trial>: <message>` (the message ends with the reproduce line).
+pub fn failure_text(row: &Row) -> String {
+    format!(
+        "{} {}: {}",
+        row.status.as_str().to_uppercase(),
+        row.trial,
+        row.message
+    )
+}
+
 /// Run one trial (not ignored) to a report row.
 pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix: &str) -> Row {
     let case_id = trial.case().map_or(String::new(), |c| c.id.clone());
@@ -311,19 +322,12 @@ fn record_run(
         }
         Err(RunError::Other(why)) => return error(row, why),
     };
-    let t = &case.tolerance;
-    let bounds = Bounds {
-        rtol: t.rtol,
-        atol: t.atol,
-        atol2: t.atol2,
-        rtol2: t.rtol2,
-    };
     let v = judge(
         &data.problem,
         &run.out,
         data.ref64(),
         data.ref_lp(),
-        &bounds,
+        &case.tolerance,
         run.padding_intact,
         run.counters_left,
     );

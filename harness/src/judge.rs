@@ -1,17 +1,61 @@
 //! Judging a GPU result against the reference (SPEC section 6).
 
+mod text;
+
+pub use text::{describe, location};
+
 use ndarray::Array3;
+use relattn_matrices::Tolerance;
 use relattn_reference::{Problem, RefOutput};
 
-/// The constants of SPEC section 6 for one dtype (data: they come from the matrix files).
+/// One output element: where it is, its value, the reference's, and the bound it is held to.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bounds {
-    /// (a): `max|out - ref64| <= rtol * max|ref_lp - ref64| + atol`.
-    pub rtol: f64,
-    pub atol: f64,
-    /// (b): elementwise `|out - ref64| <= atol2 + rtol2 * |ref64|`.
-    pub atol2: f64,
-    pub rtol2: f64,
+pub struct Element {
+    /// Packed row `t`, query head `h`, dim `c`.
+    pub t: usize,
+    pub h: usize,
+    pub c: usize,
+    pub out: f64,
+    pub reference: f64,
+    /// What the rule that names this element allows `|out - ref64|` to be there.
+    pub bound: f64,
+}
+
+impl Element {
+    /// `|out - ref64|`; a NaN output counts as an infinite error.
+    pub fn error(&self) -> f64 {
+        let e = (self.out - self.reference).abs();
+        if e.is_nan() {
+            f64::INFINITY
+        } else {
+            e
+        }
+    }
+
+    /// How much of its bound the error uses (above 1 fails).
+    pub fn ratio(&self) -> f64 {
+        self.error() / self.bound
+    }
+}
+
+/// How one rule went on the judged elements.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RuleOutcome {
+    /// Elements whose error exceeds their bound.
+    pub over: usize,
+    /// The element with the largest error relative to its bound (None: nothing judged).
+    pub worst: Option<Element>,
+}
+
+impl RuleOutcome {
+    fn note(&mut self, e: Element) {
+        if e.error() > e.bound {
+            self.over += 1;
+        }
+        if self.worst.is_none_or(|w| e.ratio() > w.ratio()) {
+            self.worst = Some(e);
+        }
+    }
 }
 
 /// What a judgement measured, and whether the output passed.
@@ -28,8 +72,29 @@ pub struct Verdict {
     pub ratio: f64,
     /// First failing element as `t:h:c`.
     pub first_bad: Option<String>,
-    /// Why it failed, in one line; empty on a pass.
+    /// Elements judged: judged rows x H x D.
+    pub judged: usize,
+    /// Whether the judged rows are a sample of the real rows.
+    pub sampled: bool,
+    /// Real output elements that are NaN or infinite, and the first of them as `(t, h, c)`.
+    pub non_finite: usize,
+    pub first_non_finite: Option<(usize, usize, usize)>,
+    pub padding_intact: bool,
+    pub counters_left: usize,
+    /// Rule (a): every element against the one bound `rtol * max|ref_lp - ref64| + atol`.
+    pub rule_a: RuleOutcome,
+    /// Rule (b): every element against its own `atol2 + rtol2 * |ref64|`.
+    pub rule_b: RuleOutcome,
+    /// Why it failed, in one line (`describe`); empty on a pass.
     pub reason: String,
+}
+
+/// Padding rows (`cu_seqlens_q[B] <= t < T`) all NaN, as poisoned before a run whose padding
+/// bits are not known here (workers, `relattn judge`).
+pub fn padding_is_nan(problem: &Problem, out: &Array3<f32>) -> bool {
+    out.outer_iter()
+        .skip(problem.real_rows())
+        .all(|row| row.iter().all(|x| x.is_nan()))
 }
 
 /// Judge `out` (`[T, H, D]`, as read back from the device) on the rows of `ref64`.
@@ -42,45 +107,24 @@ pub fn judge(
     out: &Array3<f32>,
     ref64: &RefOutput,
     ref_lp: &RefOutput,
-    bounds: &Bounds,
+    tolerance: &Tolerance,
     padding_intact: bool,
     counters_left: usize,
 ) -> Verdict {
     let (h, d) = (problem.num_heads, problem.head_dim);
-    let mut reasons: Vec<String> = Vec::new();
-    let mut first_bad: Option<String> = None;
-    let mut note_bad = |t: usize, hh: usize, c: usize| {
-        if first_bad.is_none() {
-            first_bad = Some(format!("{t}:{hh}:{c}"));
-        }
-    };
 
     // Every real row written and finite (even in sampled mode: the check is cheap).
     let mut non_finite = 0usize;
+    let mut first_non_finite = None;
     for t in 0..problem.real_rows() {
         for hh in 0..h {
             for c in 0..d {
                 if !out[[t, hh, c]].is_finite() {
-                    if non_finite == 0 {
-                        note_bad(t, hh, c);
-                    }
+                    first_non_finite.get_or_insert((t, hh, c));
                     non_finite += 1;
                 }
             }
         }
-    }
-    if non_finite > 0 {
-        reasons.push(format!(
-            "{non_finite} real output elements are NaN/inf (unwritten or NaN leak)"
-        ));
-    }
-    if !padding_intact {
-        reasons.push("padding rows were modified".to_string());
-    }
-    if counters_left > 0 {
-        reasons.push(format!(
-            "{counters_left} decode counters left non-zero after the launch"
-        ));
     }
 
     // Rule (a)'s bound from the emulation's own error.
@@ -98,56 +142,51 @@ pub fn judge(
             }
         }
     }
-    let bound = bounds.rtol * lp_err + bounds.atol;
+    let bound = tolerance.rtol * lp_err + tolerance.atol;
 
-    let (mut max_abs, mut sum_abs, mut sum_d2, mut sum_r2, mut n) =
-        (0f64, 0f64, 0f64, 0f64, 0usize);
-    let mut worst_b = 0f64;
-    let mut b_fail = 0usize;
-    let mut a_first: Option<(usize, usize, usize)> = None;
+    let (mut sum_abs, mut sum_d2, mut sum_r2, mut n) = (0f64, 0f64, 0f64, 0usize);
+    let (mut rule_a, mut rule_b) = (RuleOutcome::default(), RuleOutcome::default());
+    let (mut first_a, mut first_b) = (None, None);
     for &k in &judged {
         let t = ref64.row(k);
         for hh in 0..h {
             for c in 0..d {
-                let r = ref64.out[[k, hh, c]];
-                let o = out[[t, hh, c]] as f64;
-                let diff = (o - r).abs();
-                let diff = if diff.is_nan() { f64::INFINITY } else { diff };
-                max_abs = max_abs.max(diff);
+                let reference = ref64.out[[k, hh, c]];
+                let at = |bound| Element {
+                    t,
+                    h: hh,
+                    c,
+                    out: out[[t, hh, c]] as f64,
+                    reference,
+                    bound,
+                };
+                let a = at(bound);
+                let b = at(tolerance.atol2 + tolerance.rtol2 * reference.abs());
+                let diff = a.error();
                 sum_abs += diff;
                 sum_d2 += diff * diff;
-                sum_r2 += r * r;
+                sum_r2 += reference * reference;
                 n += 1;
-                let lim = bounds.atol2 + bounds.rtol2 * r.abs();
-                worst_b = worst_b.max(diff / lim);
-                if diff > lim {
-                    if b_fail == 0 {
-                        note_bad(t, hh, c);
-                    }
-                    b_fail += 1;
+                if diff > a.bound {
+                    first_a.get_or_insert((t, hh, c));
                 }
-                if diff > bound && a_first.is_none() {
-                    a_first = Some((t, hh, c));
+                if diff > b.bound {
+                    first_b.get_or_insert((t, hh, c));
                 }
+                rule_a.note(a);
+                rule_b.note(b);
             }
         }
     }
-    if max_abs > bound {
-        if let Some((t, hh, c)) = a_first {
-            note_bad(t, hh, c);
-        }
-        reasons.push(format!(
-            "rule (a): max|out - ref64| = {max_abs:.3e} > bound {bound:.3e}"
-        ));
-    }
-    if b_fail > 0 {
-        reasons.push(format!(
-            "rule (b): {b_fail} elements exceed atol2 + rtol2*|ref64| (worst ratio {worst_b:.2})"
-        ));
-    }
-    let ratio = (max_abs / bound).max(worst_b);
-    Verdict {
-        pass: reasons.is_empty(),
+    let max_abs = rule_a.worst.map_or(0.0, |e| e.error());
+    let worst_b = rule_b.worst.map_or(0.0, |e| e.ratio());
+    // The first bad element: a non-finite one, else the first over rule (b), else over rule (a).
+    let first_bad = first_non_finite
+        .or(first_b)
+        .or(first_a)
+        .map(|(t, hh, c)| format!("{t}:{hh}:{c}"));
+    let mut verdict = Verdict {
+        pass: false,
         max_abs,
         mean_abs: if n > 0 { sum_abs / n as f64 } else { 0.0 },
         rel_l2: if sum_r2 > 0.0 {
@@ -156,10 +195,27 @@ pub fn judge(
             sum_d2.sqrt()
         },
         bound,
-        ratio,
+        ratio: (max_abs / bound).max(worst_b),
         first_bad,
-        reason: reasons.join("; "),
+        judged: n,
+        sampled: ref64.rows.is_some(),
+        non_finite,
+        first_non_finite,
+        padding_intact,
+        counters_left,
+        rule_a,
+        rule_b,
+        reason: String::new(),
+    };
+    verdict.pass = non_finite == 0
+        && padding_intact
+        && counters_left == 0
+        && rule_a.over == 0
+        && rule_b.over == 0;
+    if !verdict.pass {
+        verdict.reason = describe(problem, &verdict);
     }
+    verdict
 }
 
 #[cfg(test)]
@@ -185,8 +241,8 @@ mod tests {
         (p, r)
     }
 
-    fn bounds() -> Bounds {
-        Bounds {
+    fn tolerance() -> Tolerance {
+        Tolerance {
             rtol: 2.0,
             atol: 2f64.powi(-7),
             atol2: 2e-2,
@@ -203,10 +259,12 @@ mod tests {
         let (p, r) = setup();
         let mut out = as_f32(&r);
         out.index_axis_mut(ndarray::Axis(0), 3).fill(f32::NAN); // padding row
-        let v = judge(&p, &out, &r, &r, &bounds(), true, 0);
+        let v = judge(&p, &out, &r, &r, &tolerance(), true, 0);
         assert!(v.pass, "{}", v.reason);
         assert!(v.first_bad.is_none());
+        assert!(v.reason.is_empty());
         assert!(v.bound > 0.0, "the bound is never zero");
+        assert_eq!(v.judged, 3 * 2 * 4, "three real rows of 2 heads x 4 dims");
     }
 
     #[test]
@@ -214,11 +272,21 @@ mod tests {
         let (p, r) = setup();
         let mut out = as_f32(&r);
         out[[1, 1, 2]] += 0.1;
-        let v = judge(&p, &out, &r, &r, &bounds(), true, 0);
+        let v = judge(&p, &out, &r, &r, &tolerance(), true, 0);
         assert!(!v.pass);
         assert_eq!(v.first_bad.as_deref(), Some("1:1:2"));
         assert!((v.max_abs - 0.1).abs() < 1e-6);
         assert!(v.ratio > 1.0);
+        for rule in [v.rule_a, v.rule_b] {
+            assert_eq!(rule.over, 1);
+            let w = rule.worst.unwrap();
+            assert_eq!((w.t, w.h, w.c), (1, 1, 2));
+            assert_eq!(w.reference, r.out[[1, 1, 2]]);
+        }
+        assert_eq!(
+            v.rule_b.worst.unwrap().bound,
+            2e-2 + 2e-2 * r.out[[1, 1, 2]].abs()
+        );
     }
 
     #[test]
@@ -226,16 +294,23 @@ mod tests {
         let (p, r) = setup();
         let mut out = as_f32(&r);
         out[[2, 0, 0]] = f32::NAN;
-        let v = judge(&p, &out, &r, &r, &bounds(), true, 0);
+        let v = judge(&p, &out, &r, &r, &tolerance(), true, 0);
         assert!(!v.pass);
         assert_eq!(v.first_bad.as_deref(), Some("2:0:0"));
+        assert_eq!((v.non_finite, v.first_non_finite), (1, Some((2, 0, 0))));
+        assert!(v.max_abs.is_infinite(), "a NaN output is an infinite error");
         let out = as_f32(&r);
-        let v = judge(&p, &out, &r, &r, &bounds(), false, 0);
+        let v = judge(&p, &out, &r, &r, &tolerance(), false, 0);
         assert!(!v.pass);
         assert!(v.reason.contains("padding"));
-        let v = judge(&p, &out, &r, &r, &bounds(), true, 2);
+        let v = judge(&p, &out, &r, &r, &tolerance(), true, 2);
         assert!(!v.pass);
-        assert_eq!(v.reason, "2 decode counters left non-zero after the launch");
+        assert!(
+            v.reason
+                .starts_with("2 decode counters left non-zero after the launch; rule (a) holds"),
+            "{}",
+            v.reason
+        );
     }
 
     #[test]
@@ -245,13 +320,45 @@ mod tests {
         lp.out[[0, 0, 0]] += 0.01; // the emulation is 0.01 off: bound = 0.02 + 2^-7
         let mut out = as_f32(&r);
         out[[0, 0, 1]] += 0.015;
-        let loose = Bounds {
+        let loose = Tolerance {
             atol2: 1.0,
             rtol2: 1.0,
-            ..bounds()
+            ..tolerance()
         };
         assert!(judge(&p, &out, &r, &lp, &loose, true, 0).pass);
         out[[0, 0, 1]] += 0.02;
-        assert!(!judge(&p, &out, &r, &lp, &loose, true, 0).pass);
+        let v = judge(&p, &out, &r, &lp, &loose, true, 0);
+        assert!(!v.pass);
+        assert_eq!((v.rule_a.over, v.rule_b.over), (1, 0));
+        assert!(v.reason.contains("rule (b) holds"), "{}", v.reason);
+    }
+
+    /// Rows are located in their request: row 2 is position 0 of request 1. When the two rules'
+    /// worst elements differ, each is named with its own values.
+    #[test]
+    fn the_text_names_each_rules_worst_element_by_request_and_position() {
+        let (p, r) = setup();
+        let mut out = as_f32(&r);
+        out[[2, 1, 3]] += 0.03; // the largest error
+        out[[1, 0, 0]] += 0.025; // a smaller one on a reference near 0: the worst ratio
+        let mut lp = r.clone();
+        lp.out[[0, 0, 0]] += 0.01;
+        let v = judge(&p, &out, &r, &lp, &tolerance(), true, 0);
+        let at_a = "request 1, position 0, head 1, dim 3 (row 2)";
+        let at_b = "request 0, position 1, head 0, dim 0 (row 1)";
+        assert!(r.out[[1, 0, 0]].abs() < r.out[[2, 1, 3]].abs());
+        assert!(
+            v.reason.contains(&format!(
+                "of 24 elements (4.2%) over it; worst at {at_a}: out "
+            )),
+            "{}",
+            v.reason
+        );
+        assert!(v.reason.contains(&format!("rule (b) fails: 1 of 24 elements (4.2%) over atol2 + rtol2*|ref64|; worst at {at_b}: out ")), "{}", v.reason);
+        let mut out = as_f32(&r);
+        out[[2, 1, 0]] = f32::NAN;
+        let v = judge(&p, &out, &r, &r, &tolerance(), true, 0);
+        assert!(v.reason.starts_with("1 of 24 real output elements are NaN/inf (unwritten or NaN leak), the first at request 1, position 0, head 1, dim 0 (row 2); rule (a) fails: max|out - ref64| = inf > "), "{}", v.reason);
+        assert!(v.reason.contains("out NaN, ref64 "), "{}", v.reason);
     }
 }

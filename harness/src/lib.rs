@@ -2,6 +2,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod case_by_id;
 pub mod cmd;
 pub mod coverage;
 pub mod execute;
@@ -11,6 +12,7 @@ pub mod gpu_status;
 pub mod judge;
 pub mod output;
 pub mod plan;
+pub mod progress;
 pub mod provenance;
 pub mod run_lock;
 pub mod runner;

@@ -26,10 +26,12 @@ struct Cli {
 enum Command {
     /// Run a matrix: routing checks, reference self-checks and (with a GPU) GPU trials; write reports.
     Run(cmd::run::Args),
-    /// Write a case file from explicit parameters or a named preset.
+    /// Write a case file: a matrix case by id, a named preset, or explicit parameters.
     Gen(cmd::gen::Args),
     /// Compute the CPU reference of a case file.
     Reference(cmd::reference::Args),
+    /// Judge an output file made by anything against a case file (SPEC section 6).
+    Judge(cmd::judge::Args),
     /// Throughput of the fast f64 reference next to the machine's f64 GEMM.
     BenchReference(cmd::bench_reference::Args),
     /// Route a shape on a compute capability (works without a GPU).
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Gen(a) => cmd::gen::run(a),
         Command::Reference(a) => cmd::reference::run(a),
+        Command::Judge(a) => cmd::judge::run(a),
         Command::BenchReference(a) => cmd::bench_reference::run(a),
         Command::Route(a) => cmd::route::run(a),
         Command::Devices(a) => cmd::devices::run(a),
@@ -95,5 +98,46 @@ fn main() -> ExitCode {
             eprintln!("error: {err:#}");
             ExitCode::from(exit::code_of(&err) as u8)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument (flag or positional) of every subcommand, at every depth, has help text,
+    /// and so does every subcommand: `--help` explains each.
+    #[test]
+    fn every_argument_and_subcommand_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, seen: &mut usize) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                *seen += 1;
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} (the subcommand)"));
+                }
+                walk(sub, &path, missing, seen);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let (mut missing, mut seen) = (Vec::new(), 0);
+        walk(&cmd, "relattn", &mut missing, &mut seen);
+        assert!(
+            seen > 100,
+            "only {seen} arguments seen: is the tree walked?"
+        );
+        assert!(
+            missing.is_empty(),
+            "without help text:\n{}",
+            missing.join("\n")
+        );
     }
 }

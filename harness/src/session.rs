@@ -223,8 +223,9 @@ fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Cas
     if let Some(prefix) = &opts.case {
         cases.retain(|c| c.id.starts_with(prefix.as_str()));
         if cases.is_empty() {
-            return Err(crate::exit::usage(format!(
-                "no case of `{matrix}` has an id starting with `{prefix}`"
+            return Err(crate::exit::usage(crate::case_by_id::no_case_message(
+                &format!("`{matrix}`"),
+                prefix,
             )));
         }
     }

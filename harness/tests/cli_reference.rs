@@ -66,11 +66,12 @@ fn reference_of_a_preset_matches_the_library() {
     let p = read_case(&case).unwrap().problem;
     let back = read_output(&out).unwrap();
     let (t, h, d) = (p.total_rows(), p.num_heads, p.head_dim);
-    assert_eq!(back.dtype, DType::Bf16);
+    let out_lp = back.out_lp.as_ref().unwrap();
+    assert_eq!(out_lp.dtype, DType::Bf16);
     assert_eq!(back.reference.rows, None);
     assert_eq!(back.reference.out.shape(), &[t, h, d]);
     assert_eq!(back.reference.lse.shape(), &[t, h]);
-    assert_eq!(back.out_lp.shape(), &[t, h, d]);
+    assert_eq!(out_lp.out.shape(), &[t, h, d]);
     let want = fast::attention(&p);
     assert_eq!(
         bits(back.reference.out.iter().copied()),
@@ -82,7 +83,7 @@ fn reference_of_a_preset_matches_the_library() {
     );
     let lp = emulate::attention(&p);
     assert_eq!(
-        bits(back.out_lp.iter().copied()),
+        bits(out_lp.out.iter().copied()),
         bits(lp.out.iter().copied())
     );
     // Padding rows of `out` are 0; real rows are not.
@@ -126,7 +127,11 @@ fn sampled_reference() {
         &[rows.len(), p.num_heads, p.head_dim]
     );
     assert_eq!(back.reference.lse.shape(), &[rows.len(), p.num_heads]);
-    assert_eq!(back.out_lp.shape(), back.reference.out.shape());
+    let (lp, full_lp) = (
+        &back.out_lp.as_ref().unwrap().out,
+        &full.out_lp.unwrap().out,
+    );
+    assert_eq!(lp.shape(), back.reference.out.shape());
     for (k, &row) in rows.iter().enumerate() {
         let pick =
             |a: &ndarray::Array3<f64>, r| bits(a.index_axis(ndarray::Axis(0), r).iter().copied());
@@ -135,8 +140,40 @@ fn sampled_reference() {
             pick(&full.reference.out, row),
             "row {row}"
         );
-        assert_eq!(pick(&back.out_lp, k), pick(&full.out_lp, row), "row {row}");
+        assert_eq!(pick(lp, k), pick(full_lp, row), "row {row}");
     }
+}
+
+/// `--no-emulation` writes the f64 reference alone; each phase says on stderr (not a terminal
+/// here) when it starts and how long it took.
+#[test]
+fn reference_without_emulation_and_its_progress_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = gen_tiny(dir.path());
+    let out = dir.path().join("out.safetensors");
+    let run = relattn(&["reference", "-i", s(&case), "-o", s(&out), "--no-emulation"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("no emulation"),
+        "{run:?}"
+    );
+    assert!(
+        stderr.contains("relattn reference: f64 reference ...")
+            && stderr.contains("relattn reference: f64 reference: done in "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("emulation"), "{stderr}");
+    let back = read_output(&out).unwrap();
+    assert_eq!(back.out_lp, None);
+    let p = read_case(&case).unwrap().problem;
+    assert_eq!(back.reference.out, fast::attention(&p).out);
+    let run = relattn(&["reference", "-i", s(&case), "-o", s(&out)]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("relattn reference: same-precision emulation: done in "),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -93,3 +93,31 @@ fn require_gpu_without_a_driver_exits_3() {
         "no report for a refused run"
     );
 }
+
+#[test]
+fn case_takes_the_id_with_its_prefix() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let listing = text(&relattn(&["matrix", "--show", "smoke"]).stdout);
+    let id = listing.split_whitespace().next().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("r");
+    let out = relattn(&["run", "--case", &id, "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let csv = std::fs::read_to_string(out_dir.join("cpu/results.csv")).unwrap();
+    let cases: std::collections::BTreeSet<&str> = csv
+        .lines()
+        .skip(1)
+        .filter(|l| !l.contains(",routing,"))
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(cases, [id.as_str()].into(), "{csv}");
+    // The digits alone (an id from before the prefix) select nothing, and the message says why.
+    let bare = id.strip_prefix('c').unwrap();
+    let out = relattn(&["run", "--case", bare, "--out", out_dir.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("`c{bare}`")), "{stderr}");
+}

@@ -275,7 +275,7 @@ fn each_worker_fault_costs_exactly_its_trial() {
             .unwrap()
             .path()
             .to_string_lossy()
-            .ends_with("-padding-normal-seed1-policy-13b03ffa11.out.safetensors")));
+            .ends_with("-padding-normal-seed1-policy-c13b03ffa11.out.safetensors")));
     let replay = dir.path().join("replay.safetensors");
     let out = exec_worker(
         "faulty",

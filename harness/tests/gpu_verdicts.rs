@@ -3,7 +3,7 @@
 //! (the next launch on the same workspace would merge too early or never) or wrote padding rows.
 
 use ndarray::Array3;
-use relattn_harness::execute::{run_trial, CaseStore, Runners};
+use relattn_harness::execute::{failure_text, run_trial, CaseStore, Runners};
 use relattn_harness::plan::{Trial, TrialKind};
 use relattn_harness::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_kernels::routing::PathId;
@@ -39,12 +39,31 @@ impl Runner for Exact {
     }
 }
 
-fn decode_trial() -> Trial {
+/// The exact output with `delta` added at `at` (`[t, h, c]`).
+struct Planted {
+    at: [usize; 3],
+    delta: f32,
+}
+
+impl Runner for Planted {
+    fn run(&self, slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
+        let exact = Exact {
+            counters_left: 0,
+            padding_intact: true,
+        };
+        let mut run = exact.run(slot, req)?;
+        run.out[self.at] += self.delta;
+        Ok(run)
+    }
+}
+
+/// A GPU trial of the smoke tier's `mix` case (the global-layer one, judged on every row).
+fn trial_of(mix: &str) -> Trial {
     let cases = load_tier("smoke").unwrap().expand().unwrap().cases;
     let case = cases
         .into_iter()
-        .find(|c| c.sample_rows.is_none() && c.mix == "decode")
-        .expect("the smoke tier has a decode case checked on every row");
+        .find(|c| c.sample_rows.is_none() && c.mix == mix)
+        .expect("the smoke tier has the case, checked on every row");
     Trial {
         name: "gpu::stand_in".into(),
         kind: TrialKind::Gpu {
@@ -59,10 +78,13 @@ fn decode_trial() -> Trial {
     }
 }
 
+fn row_with(trial: &Trial, runner: &dyn Runner) -> Row {
+    let store = CaseStore::for_trials(std::slice::from_ref(trial));
+    run_trial(trial, &store, &Runners::native(Some((runner, 0))), "smoke")
+}
+
 fn row_of(exec: Exact) -> Row {
-    let trial = decode_trial();
-    let store = CaseStore::for_trials(std::slice::from_ref(&trial));
-    run_trial(&trial, &store, &Runners::native(Some((&exec, 0))), "smoke")
+    row_with(&trial_of("decode"), &exec)
 }
 
 #[test]
@@ -85,7 +107,13 @@ fn decode_counters_left_set_fail_the_trial_and_say_so() {
     assert_eq!(row.status, Status::Fail);
     assert!(
         row.message
-            .starts_with("3 decode counters left non-zero after the launch; reproduce: relattn run --matrix smoke --case "),
+            .starts_with("3 decode counters left non-zero after the launch; rule (a) holds: "),
+        "{}",
+        row.message
+    );
+    assert!(
+        row.message
+            .contains("; rule (b) holds: worst |out - ref64| / (atol2 + rtol2*|ref64|) = 0.00; reproduce: relattn run --matrix smoke --case c"),
         "{}",
         row.message
     );
@@ -101,4 +129,57 @@ fn decode_counters_left_set_fail_the_trial_and_say_so() {
         "{}",
         row.message
     );
+}
+
+/// One element planted 0.25 off, in the `mixed` case (requests (1, 700), (48, 48), (1, 33),
+/// (40, 1200), (1, 1); H 8): row 57 is position 7 of request 3. The message locates it, gives
+/// the values, the bounds and the counts of both rules, and the reproduce line; `failure_text`
+/// (what `run` prints and `cargo test` shows) is that text after the status and trial name.
+#[test]
+fn a_planted_error_is_named_with_its_values_bounds_and_counts() {
+    let trial = trial_of("mixed");
+    let row = row_with(
+        &trial,
+        &Planted {
+            at: [57, 5, 100],
+            delta: 0.25,
+        },
+    );
+    assert_eq!(row.status, Status::Fail);
+    let Some(TrialKind::Gpu { case, .. }) = Some(&trial.kind) else {
+        unreachable!()
+    };
+    let reference = fast::attention(&relattn_reference::gen::generate(&case.spec).unwrap());
+    let expected = reference.out[[57, 5, 100]];
+    let actual = (expected as f32 + 0.25) as f64;
+    let m = &row.message;
+    eprintln!("{}", failure_text(&row));
+    // 91 real rows x 8 heads x 128 dims.
+    let elements = 91 * 8 * 128;
+    let at = "request 3, position 7, head 5, dim 100 (row 57)";
+    let bound = row.bound.unwrap();
+    for part in [
+        format!("rule (a) fails: max|out - ref64| = 2.500e-1 > bound {bound:.3e} "),
+        format!("1 of {elements} elements (0.0011%) over it; worst at {at}: out "),
+        format!("rule (b) fails: 1 of {elements} elements (0.0011%) over atol2 + rtol2*|ref64|; worst at the same element"),
+        format!(
+            "> bound {:.3e} there (ratio ",
+            2e-2 + 2e-2 * expected.abs()
+        ),
+        format!("; reproduce: relattn run --matrix smoke --case {} --paths fallback", case.id),
+    ] {
+        assert!(m.contains(&part), "{m}\nlacks\n{part}");
+    }
+    // The values at the worst element, to the six digits printed.
+    let values = m.split(&format!("{at}: out ")).nth(1).unwrap();
+    let (out, rest) = values.split_once(", ref64 ").unwrap();
+    let reference = rest.split(';').next().unwrap();
+    for (text, want) in [(out, actual), (reference, expected)] {
+        let got: f64 = text.parse().unwrap();
+        assert!((got - want).abs() <= 5e-6 * want.abs(), "{text} vs {want}");
+    }
+    assert_eq!(row.first_bad.as_deref(), Some("57:5:100"));
+    let text = failure_text(&row);
+    assert_eq!(text, format!("FAIL gpu::stand_in: {m}"));
+    assert!(!text.contains("Some("), "no Rust debug text: {text}");
 }

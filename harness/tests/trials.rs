@@ -54,14 +54,9 @@ fn main() -> ExitCode {
                 match row.status {
                     Status::Pass => Ok(Completion::Completed),
                     Status::Skip => Ok(Completion::ignored_with(row.message)),
-                    Status::Fail | Status::Error => Err(Failed::from(format!(
-                        "{}: max_abs {:?} bound {:?} first_bad {:?}: {}",
-                        row.status.as_str(),
-                        row.max_abs,
-                        row.bound,
-                        row.first_bad,
-                        row.message
-                    ))),
+                    Status::Fail | Status::Error => {
+                        Err(Failed::from(relattn_harness::execute::failure_text(&row)))
+                    }
                 }
             })
             .with_ignored_flag(ignored)

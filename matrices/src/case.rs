@@ -12,14 +12,18 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// Hex digits of a case id: 40 bits, so a 20,000-case tier has a collision chance near 2e-4
-/// (and `expand` reports one rather than merging two cases).
-pub const ID_LEN: usize = 10;
+/// The letter every case id starts with, so that no spreadsheet or dataframe reads an id as a
+/// number (`394362e594` is a float to pandas, `c394362e594` is text).
+pub const ID_PREFIX: &str = "c";
+
+/// Hex digits of a case id after its prefix: 40 bits, so a 20,000-case tier has a collision
+/// chance near 2e-4 (and `expand` reports one rather than merging two cases).
+pub const ID_DIGITS: usize = 10;
 
 /// One case of a matrix: everything needed to generate it, run its trials and judge them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Case {
-    /// Hash of the canonical parameters and seed (`canonical_form`).
+    /// `c` and a hash of the canonical parameters and seed (`case_id`).
     pub id: String,
     /// `layer::heads[::dD]::pageP::layout::dtype::mix::bias::seedN[::extras]`, without the id;
     /// regression cases start with their bug class.
@@ -251,10 +255,10 @@ pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
     s
 }
 
-/// The first `ID_LEN` hex digits of the SHA-256 of the canonical form.
+/// `ID_PREFIX`, then the first `ID_DIGITS` hex digits of the SHA-256 of the canonical form.
 pub fn case_id(spec: &GenSpec, sample_rows: Option<usize>) -> String {
     let digest = Sha256::digest(canonical_form(spec, sample_rows).as_bytes());
-    let mut id = hex::encode(digest);
-    id.truncate(ID_LEN);
-    id
+    let mut hex = hex::encode(digest);
+    hex.truncate(ID_DIGITS);
+    format!("{ID_PREFIX}{hex}")
 }

@@ -17,7 +17,7 @@ mod rules;
 mod split;
 mod tolerance;
 
-pub use case::{canonical_form, case_id, Case, TrialPlan, ID_LEN};
+pub use case::{canonical_form, case_id, Case, TrialPlan, ID_DIGITS, ID_PREFIX};
 pub use count::{
     MAX_CASES, MAX_FORCED_SPLITS, MAX_MATRIX_FILE_BYTES, MAX_SPLIT_SETTINGS, MAX_TRIALS,
 };
@@ -27,7 +27,7 @@ pub use matrix::{Expansion, Matrix, Skip};
 pub use mixes::{mix, Mix, MixShape, MIXES};
 pub use rules::{Requirement, Rule, Rules};
 pub use split::{shard, Shard, SplitSetting};
-pub use tolerance::Tolerance;
+pub use tolerance::{default_tolerance, Tolerance};
 
 use std::path::Path;
 

@@ -68,6 +68,12 @@ pub(crate) fn defaults() -> Result<Tolerances, MatrixError> {
     Ok(out)
 }
 
+/// The default tolerance of `dtype` (tiers/defaults.toml), what a matrix without its own
+/// `[tolerance.<dtype>]` table judges with.
+pub fn default_tolerance(dtype: DType) -> Result<Tolerance, MatrixError> {
+    Ok(defaults()?[&dtype])
+}
+
 /// `base` with the tables of `raw` applied, each checked.
 pub(crate) fn apply(
     file: &str,

@@ -31,6 +31,24 @@ fn shards_are_disjoint_and_cover_the_tier() {
     }
 }
 
+/// Every id starts with the same letter, so shards rank cases as by their hex digits alone:
+/// the prefix moved no case to another shard.
+#[test]
+fn the_id_prefix_leaves_every_case_in_its_shard() {
+    let cases = load_tier("ci").unwrap().expand().unwrap().cases;
+    let mut digits: Vec<&str> = cases.iter().map(|c| &c.id[1..]).collect();
+    digits.sort_unstable();
+    for k in 1..=4 {
+        let by_digits: BTreeSet<String> = digits
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| r % 4 == k - 1)
+            .map(|(_, d)| format!("c{d}"))
+            .collect();
+        assert_eq!(ids(&shard(&cases, k, 4)), by_digits, "shard {k}/4");
+    }
+}
+
 #[test]
 fn shards_keep_the_original_order_and_ignore_the_input_order() {
     let cases = load_tier("smoke").unwrap().expand().unwrap().cases;

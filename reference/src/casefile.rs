@@ -8,8 +8,8 @@
 //! optional `case_id`, `seed` and `cache_layout` (how GPU runs should place the caches).
 //!
 //! An output file holds `out` (F64 `[N, H, D]`), `lse` (F64 `[N, H]`), `out_lp` (the
-//! same-precision emulation, in the case dtype, `[N, H, D]`) and, when only sampled rows were
-//! computed, `rows` (I32 `[N]`). Without `rows`, N = T and the rows are all rows in order.
+//! same-precision emulation, in the case dtype, `[N, H, D]`; absent when it was not computed)
+//! and, when only sampled rows were computed, `rows` (I32 `[N]`). Without `rows`, N = T and the rows are all rows in order.
 //!
 //! Every malformed input ends in a `CaseFileError` naming the file, the tensor or key and what
 //! was expected; nothing here panics on file contents.
@@ -76,9 +76,17 @@ pub struct CaseFile {
 pub struct OutputFile {
     /// The f64 reference: `rows` (sampled mode), `out` and `lse`.
     pub reference: RefOutput,
-    /// The same-precision emulation's output (values of `dtype`), one row per `reference` row.
-    pub out_lp: Array3<f64>,
-    /// Storage dtype of `out_lp` (the case dtype).
+    /// The same-precision emulation's output, absent from files written without it
+    /// (`relattn reference --no-emulation`).
+    pub out_lp: Option<EmulatedOutput>,
+}
+
+/// `out_lp` of an output file: one row per reference row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmulatedOutput {
+    /// Values of `dtype`.
+    pub out: Array3<f64>,
+    /// Storage dtype (the case dtype).
     pub dtype: DType,
 }
 
@@ -156,6 +164,18 @@ pub enum CaseFileError {
     Problem { path: PathBuf, error: ProblemError },
     #[error("{}: cannot write: {what}", path.display())]
     Mismatch { path: PathBuf, what: String },
+    /// An output file larger than any output of the case's shape can be.
+    #[error(
+        "{}: the file takes {bytes} bytes, more than an output `out` {shape:?} (the case's \
+         [T, H, D]) can ({most} bytes at most): it is not an output of this case",
+        path.display()
+    )]
+    OutputTooLarge {
+        path: PathBuf,
+        bytes: u64,
+        shape: [usize; 3],
+        most: u64,
+    },
     /// A size limit (`crate::limits`): a dimension out of the operator's range, or more bytes
     /// than the case-byte limit.
     #[error("{}: {error}", path.display())]

@@ -20,6 +20,7 @@
 
 use crate::output::RefOutput;
 use crate::problem::Problem;
+use crate::progress::{ignore, Progress};
 use crate::sample::real_rows_of;
 use ndarray::{Array2, Array3, Axis};
 use rayon::prelude::*;
@@ -31,23 +32,32 @@ const LANES: usize = 8;
 /// Full-mode emulation: `out` `[T, H, D]` (values of the case dtype), `lse` `[T, H]`; padding
 /// rows 0.
 pub fn attention(p: &Problem) -> RefOutput {
-    let rows: Vec<usize> = (0..p.real_rows()).collect();
-    emulate_rows(p, &rows, true)
+    attention_with(p, None, &ignore)
 }
 
 /// Sampled mode: the real rows among `rows` (ascending, deduplicated; padding rows and rows past
 /// T are skipped), each bit-identical to the same row of `attention`.
 pub fn attention_rows(p: &Problem, rows: &[usize]) -> RefOutput {
-    let rows = real_rows_of(p, rows);
-    emulate_rows(p, &rows, false)
+    attention_with(p, Some(rows), &ignore)
+}
+
+/// `attention` (`rows` None) or `attention_rows`, telling `progress` as (row, head) pairs finish.
+pub fn attention_with(p: &Problem, rows: Option<&[usize]>, progress: Progress) -> RefOutput {
+    match rows {
+        Some(rows) => emulate_rows(p, &real_rows_of(p, rows), false, progress),
+        None => {
+            let rows: Vec<usize> = (0..p.real_rows()).collect();
+            emulate_rows(p, &rows, true, progress)
+        }
+    }
 }
 
 /// Emulate real `rows`: in full mode into a `[T, ..]` output at their own index, else into
 /// output row `k` for `rows[k]`.
-fn emulate_rows(p: &Problem, rows: &[usize], full: bool) -> RefOutput {
+fn emulate_rows(p: &Problem, rows: &[usize], full: bool, progress: Progress) -> RefOutput {
     let (h, d) = (p.num_heads, p.head_dim);
     let n = if full { p.total_rows() } else { rows.len() };
-    let (o, l) = compute_rows(p, rows);
+    let (o, l) = compute_rows(p, rows, progress);
     let mut out = Array3::<f64>::zeros((n, h, d));
     let mut lse = Array2::<f64>::zeros((n, h));
     for (k, &row) in rows.iter().enumerate() {
@@ -69,7 +79,7 @@ fn emulate_rows(p: &Problem, rows: &[usize], full: bool) -> RefOutput {
 }
 
 /// Outputs `[rows, H, D]` and LSEs `[rows, H]`, flattened, of real rows (in parallel by row).
-fn compute_rows(p: &Problem, rows: &[usize]) -> (Vec<f64>, Vec<f64>) {
+fn compute_rows(p: &Problem, rows: &[usize], progress: Progress) -> (Vec<f64>, Vec<f64>) {
     let (h, d) = (p.num_heads, p.head_dim);
     let per_row: Vec<(Vec<f64>, Vec<f64>)> = rows
         .par_iter()
@@ -81,6 +91,7 @@ fn compute_rows(p: &Problem, rows: &[usize]) -> (Vec<f64>, Vec<f64>) {
                 out.extend(o);
                 lse.push(l);
             }
+            progress(h as u64);
             (out, lse)
         })
         .collect();

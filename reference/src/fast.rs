@@ -17,6 +17,7 @@
 
 use crate::output::RefOutput;
 use crate::problem::Problem;
+use crate::progress::{ignore, Progress};
 use crate::sample::real_rows_of;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, Array3};
@@ -35,18 +36,30 @@ const MAX_POSITIONS: usize = 64;
 /// Full-mode reference over all cores: `out` `[T, H, D]`, natural-log `lse` `[T, H]`, padding
 /// rows 0.
 pub fn attention(p: &Problem) -> RefOutput {
-    full(p, true)
+    full(p, true, &ignore)
 }
 
 /// `attention` on the calling thread only (for single-thread throughput figures).
 pub fn attention_serial(p: &Problem) -> RefOutput {
-    full(p, false)
+    full(p, false, &ignore)
 }
 
 /// Sampled mode: the real rows among `rows` (ascending, deduplicated; padding rows and rows past
 /// T are skipped), each bit-identical to the same row of `attention`. `out` is `[N, H, D]`,
 /// `lse` `[N, H]`, and `rows` lists the N packed rows.
 pub fn attention_rows(p: &Problem, rows: &[usize]) -> RefOutput {
+    sampled(p, rows, &ignore)
+}
+
+/// `attention` (`rows` None) or `attention_rows`, telling `progress` as (row, head) pairs finish.
+pub fn attention_with(p: &Problem, rows: Option<&[usize]>, progress: Progress) -> RefOutput {
+    match rows {
+        Some(rows) => sampled(p, rows, progress),
+        None => full(p, true, progress),
+    }
+}
+
+fn sampled(p: &Problem, rows: &[usize], progress: Progress) -> RefOutput {
     let rows = real_rows_of(p, rows);
     let mut items = Vec::new();
     let mut k = 0;
@@ -75,7 +88,13 @@ pub fn attention_rows(p: &Problem, rows: &[usize]) -> RefOutput {
     let n = rows.len();
     let mut out = Array3::<f64>::zeros((n, p.num_heads, p.head_dim));
     let mut lse = Array2::<f64>::zeros((n, p.num_heads));
-    scatter(p, &items, &run(p, &items, true), &mut out, &mut lse);
+    scatter(
+        p,
+        &items,
+        &run(p, &items, true, progress),
+        &mut out,
+        &mut lse,
+    );
     RefOutput {
         rows: Some(rows),
         out,
@@ -83,7 +102,7 @@ pub fn attention_rows(p: &Problem, rows: &[usize]) -> RefOutput {
     }
 }
 
-fn full(p: &Problem, parallel: bool) -> RefOutput {
+fn full(p: &Problem, parallel: bool, progress: Progress) -> RefOutput {
     let mut items = Vec::new();
     let step = positions_per_block(p);
     for r in p.requests() {
@@ -97,7 +116,13 @@ fn full(p: &Problem, parallel: bool) -> RefOutput {
     let (t, h, d) = (p.total_rows(), p.num_heads, p.head_dim);
     let mut out = Array3::<f64>::zeros((t, h, d));
     let mut lse = Array2::<f64>::zeros((t, h));
-    scatter(p, &items, &run(p, &items, parallel), &mut out, &mut lse);
+    scatter(
+        p,
+        &items,
+        &run(p, &items, parallel, progress),
+        &mut out,
+        &mut lse,
+    );
     RefOutput {
         rows: None,
         out,
@@ -136,11 +161,16 @@ fn push_items(p: &Problem, b: usize, items: &mut Vec<Item>, rows: Vec<(usize, us
     }
 }
 
-fn run(p: &Problem, items: &[Item], parallel: bool) -> Vec<ItemResult> {
+fn run(p: &Problem, items: &[Item], parallel: bool, progress: Progress) -> Vec<ItemResult> {
+    let one = |it: &Item| {
+        let result = compute(p, it);
+        progress((it.rows.len() * p.group()) as u64);
+        result
+    };
     if parallel {
-        items.par_iter().map(|it| compute(p, it)).collect()
+        items.par_iter().map(one).collect()
     } else {
-        items.iter().map(|it| compute(p, it)).collect()
+        items.iter().map(one).collect()
     }
 }
 

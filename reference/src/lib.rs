@@ -2,7 +2,7 @@
 //!
 //! `Problem` holds validated inputs; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
-//! `sample` the sampled-row mode and `casefile` the safetensors case and output files; `limits`
+//! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `limits`
 //! holds the size limits of every input and `files` the one way files are written.
 #![deny(unsafe_code)]
 
@@ -17,6 +17,7 @@ pub mod limits;
 pub mod oracle;
 pub mod output;
 pub mod problem;
+pub mod progress;
 pub mod regime;
 pub mod sample;
 pub mod transform;

@@ -218,3 +218,30 @@ fn sampled_mode_skips_padding_and_unsorted_input() {
     let emu = emulate::attention_rows(&p, &[real, 5, 0, real - 1]);
     assert_eq!(emu.rows, Some(vec![0, 5, real - 1]));
 }
+
+/// Progress counts every computed (row, head) pair once, full and sampled, and reporting it
+/// changes no bit of the result.
+#[test]
+fn progress_counts_every_row_and_head_once() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    for p in [mixed_local(), mixed_global()] {
+        let sample = sample_rows(&p, 7, 1);
+        for rows in [None, Some(sample.as_slice())] {
+            let n = rows.map_or(p.real_rows(), <[usize]>::len) as u64 * p.num_heads as u64;
+            let (f, e) = (AtomicU64::new(0), AtomicU64::new(0));
+            let a = fast::attention_with(&p, rows, &|k| {
+                f.fetch_add(k, Ordering::Relaxed);
+            });
+            let b = emulate::attention_with(&p, rows, &|k| {
+                e.fetch_add(k, Ordering::Relaxed);
+            });
+            assert_eq!((f.into_inner(), e.into_inner()), (n, n));
+            let (a0, b0) = match rows {
+                Some(r) => (fast::attention_rows(&p, r), emulate::attention_rows(&p, r)),
+                None => (fast::attention(&p), emulate::attention(&p)),
+            };
+            assert_identical(&a, &a0, "fast");
+            assert_identical(&b, &b0, "emulate");
+        }
+    }
+}

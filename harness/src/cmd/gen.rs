@@ -1,53 +1,53 @@
-//! `relattn gen`: write a case file from a named preset or explicit parameters.
+//! `relattn gen`: write a case file from a matrix case (`--case ID`), a named preset or explicit
+//! parameters.
 //!
-//! A preset gives a complete spec; any explicit parameter given with it overrides that field.
+//! A matrix case is generated exactly as `relattn run` generates it. A preset gives a complete
+//! spec; any explicit parameter given with it overrides that field.
 //! Without a preset, `--heads`, `--kv-heads` and `--requests` are required and the rest take the
 //! model's defaults (bf16, D = 128, scale 1/D, page 16, NHD-packed caches, normal bias, shuffled
 //! pages, poisoned unreadable slots).
 
+mod presets;
+
+pub use presets::{preset, PRESETS};
+
+use crate::case_by_id;
 use crate::exit::usage;
+use crate::progress::Phase;
 use anyhow::Context;
+use presets::{GLOBAL_EXTENT, LOCAL_EXTENT};
 use relattn_reference::casefile::{write_case, CaseMeta};
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
 use relattn_reference::limits::max_case_bytes;
 use relattn_reference::{CacheLayout, DType};
 use std::path::PathBuf;
 
-/// Global layers' `E` (SPEC section 1).
-const GLOBAL_EXTENT: usize = 1024;
-/// Local layers' `E = local_extent` (SPEC section 1).
-const LOCAL_EXTENT: usize = 512;
+/// Cases at least this large (their tensors in memory) take seconds to generate: the command
+/// shows its progress.
+const LONG_CASE_BYTES: u64 = 256 << 20;
 
-/// Named presets: (name, what it is).
-pub const PRESETS: [(&str, &str); 10] = [
-    (
-        "tiny",
-        "H 4/2, D 32, E 16, page 4, three requests (one empty), 2 padding rows",
-    ),
-    ("decode", "H 8/1, 8 decode requests, Lk 1..2047"),
-    ("prefill", "H 8/1, one 256-token prefill"),
-    (
-        "prefill2k",
-        "H 8/1, one 2048-token prefill (the bench-reference shape)",
-    ),
-    (
-        "chunked",
-        "H 8/1, chunked prefills with cached prefixes past E",
-    ),
-    ("mixed", "H 16/2, 8 decodes + 1 prefill, 7 padding rows"),
-    (
-        "local",
-        "H 8/2, local layer (E 512, window 511), long prefixes",
-    ),
-    ("gqa16", "H 16/1 (group 16), a prefill chunk and a decode"),
-    (
-        "verify",
-        "H 8/1, speculative-decode verify: 4 requests of 9 queries",
-    ),
-    (
-        "zero_table",
-        "H 8/1, all-zero block table (every request aliases block 0)",
-    ),
+/// Every flag that describes a case, which `--case` takes from its matrix instead.
+const SPEC_FLAGS: [&str; 20] = [
+    "preset",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "extent",
+    "window_left",
+    "local",
+    "scale",
+    "page_size",
+    "layout",
+    "dtype",
+    "requests",
+    "padding_rows",
+    "bias",
+    "all_zero_pages",
+    "no_poison",
+    "spare_pages",
+    "seed",
+    "inputs",
+    "case_id",
 ];
 
 #[derive(Debug, clap::Args)]
@@ -55,6 +55,13 @@ pub struct Args {
     /// Case file to write (safetensors).
     #[arg(long, short)]
     pub output: PathBuf,
+    /// A matrix case by its id, as `relattn matrix --show` lists it (or a prefix naming one
+    /// case): written exactly as `relattn run` generates it.
+    #[arg(long, value_name = "ID", conflicts_with_all = SPEC_FLAGS)]
+    pub case: Option<String>,
+    /// The tier or matrix file that --case looks in [default: every built-in tier].
+    #[arg(long, value_name = "TIER|FILE", requires = "case")]
+    pub matrix: Option<String>,
     /// Named preset: tiny, decode, prefill, prefill2k, chunked, mixed, local, gqa16, verify,
     /// zero_table.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(PRESETS.map(|p| p.0)))]
@@ -123,11 +130,26 @@ pub struct Args {
 pub struct Requests(pub Vec<(usize, usize)>);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let spec = spec_of(&args)?;
-    check(&spec)?;
+    let (spec, case_id, matrix_case) = match &args.case {
+        Some(prefix) => {
+            let case = case_by_id::find(args.matrix.as_deref(), prefix)?;
+            case.check_bytes(max_case_bytes())
+                .map_err(|e| usage(e.to_string()))?;
+            (case.spec.clone(), Some(case.id.clone()), Some(case))
+        }
+        None => {
+            let spec = spec_of(&args)?;
+            check(&spec)?;
+            let id = args.case_id.clone().or_else(|| args.preset.clone());
+            (spec, id, None)
+        }
+    };
+    let long = spec.size().is_ok_and(|s| s.bytes() >= LONG_CASE_BYTES);
+    let phase = long.then(|| Phase::start("gen", "generating the case", 0));
     let problem = generate(&spec).map_err(|e| usage(format!("invalid case: {e}")))?;
+    phase.map(Phase::finish);
     let meta = CaseMeta {
-        case_id: args.case_id.clone().or_else(|| args.preset.clone()),
+        case_id,
         seed: Some(spec.seed),
         cache_layout: spec.layout,
     };
@@ -158,73 +180,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         spec.seed,
         size
     );
+    if let Some(case) = matrix_case {
+        let sample = case.sample_rows.map_or(String::new(), |n| {
+            format!(
+                "; `relattn run` judges a sample of {n} rows: `relattn judge --sample-rows {n}` \
+                 does the same"
+            )
+        });
+        println!("case {} of `{}`: {}{sample}", case.id, case.tier, case.name);
+    }
     Ok(())
-}
-
-/// The spec of a preset, without overrides.
-pub fn preset(name: &str) -> Option<GenSpec> {
-    let global =
-        |h, hkv, requests: &[(usize, usize)]| GenSpec::global(h, hkv, requests.to_vec(), 0);
-    let spec = match name {
-        "tiny" => GenSpec {
-            head_dim: 32,
-            rel_extent: 16,
-            softmax_scale: 1.0 / 32.0,
-            page_size: 4,
-            padding_rows: 2,
-            bias: BiasMode::Distinct,
-            ..global(4, 2, &[(3, 7), (0, 4), (2, 21)])
-        },
-        "decode" => global(
-            8,
-            1,
-            &[
-                (1, 17),
-                (1, 100),
-                (1, 513),
-                (1, 1024),
-                (1, 1025),
-                (1, 2047),
-                (1, 1),
-                (1, 64),
-            ],
-        ),
-        "prefill" => global(8, 1, &[(256, 256)]),
-        "prefill2k" => global(8, 1, &[(2048, 2048)]),
-        "chunked" => global(8, 1, &[(64, 1100), (96, 96), (17, 300)]),
-        "mixed" => {
-            let mut requests = vec![
-                (1, 40),
-                (1, 300),
-                (1, 1023),
-                (1, 1500),
-                (1, 7),
-                (1, 640),
-                (1, 129),
-                (1, 2000),
-            ];
-            requests.push((128, 128));
-            GenSpec {
-                padding_rows: 7,
-                ..global(16, 2, &requests)
-            }
-        }
-        "local" => GenSpec::local(
-            8,
-            2,
-            LOCAL_EXTENT,
-            vec![(128, 1200), (1, 700), (40, 40), (1, 512)],
-            0,
-        ),
-        "gqa16" => global(16, 1, &[(33, 300), (1, 1100)]),
-        "verify" => global(8, 1, &[(9, 9), (9, 200), (9, 1030), (9, 64)]),
-        "zero_table" => GenSpec {
-            pages: PageMode::AllZero,
-            ..global(8, 1, &[(5, 40), (1, 33), (16, 16)])
-        },
-        _ => return None,
-    };
-    Some(spec)
 }
 
 /// Preset (or defaults) with the explicit parameters applied.
@@ -451,6 +416,24 @@ mod tests {
             (s.head_dim, s.softmax_scale, s.bias),
             (32, 1.0 / 32.0, BiasMode::Distinct)
         );
+    }
+
+    /// `--case` takes the whole case from its matrix: every other flag that describes a case
+    /// must conflict with it rather than be ignored.
+    #[test]
+    fn case_conflicts_with_every_flag_that_describes_a_case() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let others = ["output", "case", "matrix", "help"];
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            assert!(
+                others.contains(&id) || SPEC_FLAGS.contains(&id),
+                "--{id} is not in SPEC_FLAGS: --case would ignore it"
+            );
+        }
+        let err = Cli::try_parse_from(["gen", "-o", "x", "--case", "c1", "--heads", "8"]);
+        assert!(err.is_err());
     }
 
     #[test]

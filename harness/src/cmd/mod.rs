@@ -6,6 +6,7 @@ pub mod bench_reference;
 pub mod devices;
 pub mod exec;
 pub mod gen;
+pub mod judge;
 pub mod matrix;
 pub mod mutants;
 pub mod reference;

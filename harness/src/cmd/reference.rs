@@ -1,11 +1,11 @@
 //! `relattn reference`: the f64 reference and the same-precision emulation of a case file.
 
 use crate::exit::usage;
+use crate::progress::Phase;
 use relattn_reference::casefile::{read_case, write_output};
 use relattn_reference::files::same_file;
-use relattn_reference::{emulate, fast, sample};
+use relattn_reference::{emulate, fast, sample, Problem, RefOutput};
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,6 +22,42 @@ pub struct Args {
     /// Seed of the row sample.
     #[arg(long, default_value_t = 0, requires = "sample_rows")]
     pub seed: u64,
+    /// Skip the same-precision emulation (the slower half on large cases): the output file has
+    /// no `out_lp`.
+    #[arg(long)]
+    pub no_emulation: bool,
+}
+
+/// The references of a case, each timed.
+pub struct References {
+    pub reference: RefOutput,
+    pub reference_seconds: f64,
+    /// None when skipped.
+    pub emulation: Option<(RefOutput, f64)>,
+}
+
+/// The f64 reference and, with `emulation`, the same-precision emulation of `p` on `rows` (all
+/// rows: None), each a phase with progress on stderr.
+pub fn references(
+    command: &str,
+    p: &Problem,
+    rows: Option<&[usize]>,
+    emulation: bool,
+) -> References {
+    let units = rows.map_or(p.real_rows(), <[usize]>::len) as u64 * p.num_heads as u64;
+    let phase = Phase::start(command, "f64 reference", units);
+    let reference = fast::attention_with(p, rows, &|n| phase.add(n));
+    let reference_seconds = phase.finish();
+    let emulation = emulation.then(|| {
+        let phase = Phase::start(command, "same-precision emulation", units);
+        let out = emulate::attention_with(p, rows, &|n| phase.add(n));
+        (out, phase.finish())
+    });
+    References {
+        reference,
+        reference_seconds,
+        emulation,
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -36,21 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let rows = args
         .sample_rows
         .map(|n| sample::sample_rows(p, n, args.seed));
+    let refs = references("reference", p, rows.as_deref(), !args.no_emulation);
+    let emulation = refs.emulation.as_ref().map(|(out, _)| out);
+    write_output(&args.output, &refs.reference, emulation, p.dtype)?;
 
-    let start = Instant::now();
-    let reference = match &rows {
-        Some(rows) => fast::attention_rows(p, rows),
-        None => fast::attention(p),
-    };
-    let reference_seconds = start.elapsed().as_secs_f64();
-    let start = Instant::now();
-    let emulation = match &rows {
-        Some(rows) => emulate::attention_rows(p, rows),
-        None => emulate::attention(p),
-    };
-    let emulation_seconds = start.elapsed().as_secs_f64();
-    write_output(&args.output, &reference, &emulation, p.dtype)?;
-
+    let reference = &refs.reference;
     let mode = match &rows {
         Some(_) => format!(
             "{} sampled of {} real rows",
@@ -59,13 +85,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => format!("all {} rows ({} real)", p.total_rows(), p.real_rows()),
     };
+    let emulation = match &refs.emulation {
+        Some((_, seconds)) => format!("emulation {seconds:.3} s"),
+        None => "no emulation".to_string(),
+    };
     println!(
-        "wrote {}: {mode}, H={}, D={}, {}; reference {reference_seconds:.3} s, \
-         emulation {emulation_seconds:.3} s",
+        "wrote {}: {mode}, H={}, D={}, {}; reference {:.3} s, {emulation}",
         args.output.display(),
         p.num_heads,
         p.head_dim,
         p.dtype,
+        refs.reference_seconds,
     );
     Ok(())
 }

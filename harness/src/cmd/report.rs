@@ -14,14 +14,20 @@ pub struct Args {
 enum ReportCommand {
     /// Merge shard reports (each DIR holds sm90/, sm100/, cpu/ ... or is one of them) into --out.
     Merge {
+        /// Report directories to merge: shards of one run (`relattn run --shard K/N --out DIR`).
         #[arg(required = true, value_name = "DIR")]
         dirs: Vec<PathBuf>,
+        /// Directory to write the merged report to (one <arch>/ per architecture).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
     /// Compare NEW against BASE; exit 1 on a regression.
     Diff {
+        /// The baseline report directory (an earlier good run or merge).
+        #[arg(value_name = "BASE")]
         base: PathBuf,
+        /// The report directory to check against BASE.
+        #[arg(value_name = "NEW")]
         new: PathBuf,
         /// max_abs grown by more than this factor is a regression.
         #[arg(long, default_value_t = 2.0, value_name = "F")]
@@ -48,7 +54,12 @@ enum ReportCommand {
         json: bool,
     },
     /// Print the summary (summary.md) of a report directory.
-    Show { dir: PathBuf },
+    Show {
+        /// A report directory (`relattn run --out DIR`, `report merge --out DIR`) or one of its
+        /// <arch>/ directories.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! `relattn run`: the main job. Routing checks for every architecture, the reference
 //! self-checks of the matrix and, with a usable GPU, the GPU trials; one report directory.
 
-use crate::execute::{run_trial, CaseStore, Runners};
+use crate::execute::{failure_text, run_trial, CaseStore, Runners};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
@@ -39,7 +39,8 @@ pub struct Args {
     /// Compile kernels with RELATTN_BOUNDS_CHECK: off, on or both (default: both for ci and regressions).
     #[arg(long)]
     pub bounds_check: Option<String>,
-    /// Only the case(s) whose id starts with this.
+    /// Only the case(s) whose id starts with this (ids as `relattn matrix --show` lists them, e.g.
+    /// c1b24787ba2 or a prefix like c1b2).
     #[arg(long)]
     pub case: Option<String>,
     /// Leave out the compile-only check of every program for every supported architecture
@@ -249,14 +250,7 @@ pub fn run_with(
         }
         *counts.entry(row.status.as_str()).or_default() += 1;
         if row.status.is_bad() {
-            bar.suspend(|| {
-                eprintln!(
-                    "{} {}: {}",
-                    row.status.as_str().to_uppercase(),
-                    row.trial,
-                    row.message
-                )
-            });
+            bar.suspend(|| eprintln!("{}", failure_text(&row)));
         }
         bar.inc(1);
         if let Err(e) = writer.push(row) {

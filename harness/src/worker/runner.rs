@@ -7,7 +7,6 @@ use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
 use super::WorkerSpec;
 use crate::runner::{forced_splits, median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
-use relattn_reference::Problem;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -181,14 +180,6 @@ impl WorkerRunner {
     }
 }
 
-/// Padding rows (`cu_seqlens_q[B] <= t < T`) still NaN, as the worker poisoned them.
-fn padding_is_nan(problem: &Problem, out: &ndarray::Array3<f32>) -> bool {
-    let real = problem.real_rows();
-    out.outer_iter()
-        .skip(real)
-        .all(|row| row.iter().all(|x| x.is_nan()))
-}
-
 impl Runner for WorkerRunner {
     fn run(&self, _slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
         let Target::Worker { path, .. } = req.target else {
@@ -252,7 +243,7 @@ impl Runner for WorkerRunner {
         let out = read_impl_output(&out, shape)
             .map_err(|e| RunError::Other(format!("the worker's output: {e}")))?;
         Ok(RunOutput {
-            padding_intact: padding_is_nan(p, &out),
+            padding_intact: crate::judge::padding_is_nan(p, &out),
             out,
             counters_left: 0,
             ms: median(&ms),

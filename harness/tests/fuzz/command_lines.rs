@@ -262,6 +262,44 @@ fn command_line() -> impl Strategy<Value = CommandLine> {
             a.extend(f);
             (a, false)
         });
+    let judge = (
+        inputs.clone(),
+        inputs.clone(),
+        flags(vec!["--sample-rows", "--seed", "--json"], 2),
+    )
+        .prop_map(|(i, o, f)| {
+            let mut a = vec![
+                "judge".to_string(),
+                "-i".into(),
+                i.into(),
+                "-o".into(),
+                o.into(),
+            ];
+            a.extend(f);
+            (a, false)
+        });
+    // A smoke case (the first of the tier), prefixes of it, ids without the letter, and junk.
+    let gen_case = (
+        prop::sample::select(vec!["c1b24787ba2", "c1b2", "c", "1b24787ba2", "zz", ""]),
+        prop::option::of(prop::sample::select(vec![
+            "smoke",
+            "regressions",
+            "missing.toml",
+            "c.safetensors",
+        ])),
+        flags(vec!["--preset", "--heads", "--seed"], 1),
+    )
+        .prop_map(|(id, matrix, f)| {
+            let mut a: Vec<String> = ["gen", "-o", "g.safetensors", "--case", id]
+                .iter()
+                .map(|x| x.to_string())
+                .collect();
+            if let Some(m) = matrix {
+                a.extend(["--matrix".to_string(), m.to_string()]);
+            }
+            a.extend(f);
+            (a, false)
+        });
     let exec = (
         prop::sample::select(vec!["fallback", "score_mod", "sheared_bias", "flash"]),
         inputs.clone(),
@@ -388,7 +426,7 @@ fn command_line() -> impl Strategy<Value = CommandLine> {
     (
         prop_oneof![
             3 => good_gen, 2 => gen, 2 => good_route, 1 => route, 1 => matrix, 2 => reference,
-            1 => exec, 2 => report, 1 => run, 1 => gpu, 1 => junk,
+            1 => judge, 1 => gen_case, 1 => exec, 2 => report, 1 => run, 1 => gpu, 1 => junk,
         ],
         limit,
     )

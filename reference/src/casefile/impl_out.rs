@@ -25,7 +25,15 @@ pub fn read_impl_output(
     // 4 bytes per element at most, plus a header far below 1 MiB.
     let elements = expected.iter().product::<usize>();
     let limit = elements.saturating_mul(4).saturating_add(1 << 20) as u64;
-    let bytes = read_bytes(path, limit)?;
+    let bytes = read_bytes(path, limit).map_err(|e| match e {
+        CaseFileError::Limit { path, .. } => CaseFileError::OutputTooLarge {
+            bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
+            path,
+            shape: expected,
+            most: limit,
+        },
+        other => other,
+    })?;
     let r = Reader::new(path, &bytes)?;
     let view = r.tensor("out", 3, "[T, H, D]")?;
     if view.shape() != expected {

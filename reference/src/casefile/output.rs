@@ -1,7 +1,7 @@
 //! Reference-output files: `write_output` and `read_output`.
 
 use super::tensors::{f64_tensor, float_tensor, i32_tensor, read_bytes, write_file, Reader};
-use super::{CaseFileError, OutputFile, FORMAT_VERSION};
+use super::{CaseFileError, EmulatedOutput, OutputFile, FORMAT_VERSION};
 use crate::dtype::DType;
 use crate::limits::{check_bytes, max_case_bytes, Dim};
 use crate::output::RefOutput;
@@ -9,12 +9,13 @@ use ndarray::{Array2, Array3};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Write the f64 reference (`out`, `lse`, and `rows` in sampled mode) and the same-precision
-/// emulation's output (`out_lp`, stored as `dtype`). Both must cover the same rows.
+/// Write the f64 reference (`out`, `lse`, and `rows` in sampled mode) and, when given, the
+/// same-precision emulation's output (`out_lp`, stored as `dtype`). Both must cover the same
+/// rows.
 pub fn write_output(
     path: impl AsRef<Path>,
     reference: &RefOutput,
-    emulation: &RefOutput,
+    emulation: Option<&RefOutput>,
     dtype: DType,
 ) -> Result<(), CaseFileError> {
     let path = path.as_ref();
@@ -22,17 +23,19 @@ pub fn write_output(
         path: path.to_path_buf(),
         what,
     };
-    if reference.rows != emulation.rows {
-        return Err(mismatch(
-            "the reference and the emulation cover different rows".into(),
-        ));
-    }
     let shape = reference.out.shape().to_vec();
-    if emulation.out.shape() != shape.as_slice() {
-        return Err(mismatch(format!(
-            "emulation output shape {:?} differs from the reference's {shape:?}",
-            emulation.out.shape()
-        )));
+    if let Some(emulation) = emulation {
+        if reference.rows != emulation.rows {
+            return Err(mismatch(
+                "the reference and the emulation cover different rows".into(),
+            ));
+        }
+        if emulation.out.shape() != shape.as_slice() {
+            return Err(mismatch(format!(
+                "emulation output shape {:?} differs from the reference's {shape:?}",
+                emulation.out.shape()
+            )));
+        }
     }
     if reference.lse.shape() != &shape[..2] {
         return Err(mismatch(format!(
@@ -49,16 +52,18 @@ pub fn write_output(
             "lse",
             f64_tensor(reference.lse.iter().copied(), shape[..2].to_vec()),
         ),
+    ];
+    if let Some(emulation) = emulation {
         // The emulation's values are already values of `dtype`; the f32 step is exact.
-        (
+        tensors.push((
             "out_lp",
             float_tensor(
                 emulation.out.iter().map(|&x| x as f32),
                 dtype,
                 shape.clone(),
             ),
-        ),
-    ];
+        ));
+    }
     if let Some(rows) = &reference.rows {
         if rows.len() != shape[0] {
             return Err(mismatch(format!(
@@ -77,7 +82,8 @@ pub fn write_output(
     write_file(path, tensors, metadata)
 }
 
-/// Read an output file written by `write_output` (or any tool writing the same tensors), under
+/// Read an output file written by `write_output` (or any tool writing the same tensors; `out_lp`
+/// may be absent), under
 /// the case-byte limit in force (`limits::max_case_bytes`): the file's size and the bytes of
 /// its tensors in memory (as f64) must both be at most the limit.
 pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> {
@@ -87,7 +93,11 @@ pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> 
     let r = Reader::new(path, &bytes)?;
     let out = r.tensor("out", 3, "[N, H, D]")?;
     let lse = r.tensor("lse", 2, "[N, H]")?;
-    let out_lp = r.tensor("out_lp", 3, "[N, H, D]")?;
+    let out_lp = if r.has("out_lp") {
+        Some(r.tensor("out_lp", 3, "[N, H, D]")?)
+    } else {
+        None
+    };
     let limit_error = |error| CaseFileError::Limit {
         path: r.path(),
         error,
@@ -111,7 +121,10 @@ pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> 
     // Dtypes first: a wrong dtype usually explains a wrong shape too.
     let out_values = r.f64s("out", &out)?;
     let lse_values = r.f64s("lse", &lse)?;
-    let dtype = r.case_dtype("out_lp", &out_lp)?;
+    let dtype = out_lp
+        .as_ref()
+        .map(|view| r.case_dtype("out_lp", view))
+        .transpose()?;
     let shape = out.shape().to_vec();
     let (n, h, d) = (shape[0], shape[1], shape[2]);
     let check_shape = |tensor, actual: &[usize], expected: &[usize]| {
@@ -127,7 +140,9 @@ pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> 
         }
     };
     check_shape("lse", lse.shape(), &[n, h])?;
-    check_shape("out_lp", out_lp.shape(), &shape)?;
+    if let Some(view) = &out_lp {
+        check_shape("out_lp", view.shape(), &shape)?;
+    }
     let rows = if r.has("rows") {
         let view = r.tensor("rows", 1, "[N]")?;
         check_shape("rows", view.shape(), &[n])?;
@@ -158,15 +173,17 @@ pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> 
         out: Array3::from_shape_vec((n, h, d), out_values).map_err(|_| shape_error("out"))?,
         lse: Array2::from_shape_vec((n, h), lse_values).map_err(|_| shape_error("lse"))?,
     };
-    let lp: Vec<f64> = r
-        .floats("out_lp", &out_lp, dtype, "itself")?
-        .into_iter()
-        .map(f64::from)
-        .collect();
-    let out_lp = Array3::from_shape_vec((n, h, d), lp).map_err(|_| shape_error("out_lp"))?;
-    Ok(OutputFile {
-        reference,
-        out_lp,
-        dtype,
-    })
+    let out_lp = match (out_lp, dtype) {
+        (Some(view), Some(dtype)) => {
+            let lp: Vec<f64> = r
+                .floats("out_lp", &view, dtype, "itself")?
+                .into_iter()
+                .map(f64::from)
+                .collect();
+            let out = Array3::from_shape_vec((n, h, d), lp).map_err(|_| shape_error("out_lp"))?;
+            Some(EmulatedOutput { out, dtype })
+        }
+        _ => None,
+    };
+    Ok(OutputFile { reference, out_lp })
 }

@@ -32,11 +32,17 @@ fn output_round_trip_full_and_sampled() {
     for dtype in DType::ALL {
         for rows in [None, Some(vec![0, 2, 3, 9])] {
             let (reference, emulation) = outputs(rows, dtype);
-            write_output(&path, &reference, &emulation, dtype).unwrap();
+            write_output(&path, &reference, Some(&emulation), dtype).unwrap();
             let back = read_output(&path).unwrap();
-            assert_eq!(back.dtype, dtype);
+            let lp = back.out_lp.unwrap();
+            assert_eq!(lp.dtype, dtype);
             assert_eq!(back.reference, reference);
-            assert_eq!(back.out_lp, emulation.out);
+            assert_eq!(lp.out, emulation.out);
+            // Without the emulation (`relattn reference --no-emulation`).
+            write_output(&path, &reference, None, dtype).unwrap();
+            let back = read_output(&path).unwrap();
+            assert_eq!(back.reference, reference);
+            assert_eq!(back.out_lp, None);
         }
     }
 }
@@ -47,7 +53,7 @@ fn output_rows_must_agree() {
     let path = dir.path().join("out.safetensors");
     let (reference, _) = outputs(Some(vec![0, 1, 2]), DType::Bf16);
     let (_, emulation) = outputs(Some(vec![0, 1, 3]), DType::Bf16);
-    let err = write_output(&path, &reference, &emulation, DType::Bf16).unwrap_err();
+    let err = write_output(&path, &reference, Some(&emulation), DType::Bf16).unwrap_err();
     assert!(matches!(err, CaseFileError::Mismatch { .. }), "{err:?}");
     assert!(!path.exists());
 }
@@ -57,7 +63,7 @@ fn malformed_output_files() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("case.safetensors");
     let (reference, emulation) = outputs(Some(vec![1, 4, 6]), DType::F16);
-    let fresh = || write_output(&path, &reference, &emulation, DType::F16).unwrap();
+    let fresh = || write_output(&path, &reference, Some(&emulation), DType::F16).unwrap();
 
     fresh();
     rewrite(&path, |t, _| t.retain(|(n, _)| n != "lse"));
