@@ -2,6 +2,7 @@
 //! trial (self-checks, paths, split counts, bounds-check variants) that uses it.
 
 use crate::judge::judge;
+use crate::phases::{self, Phase};
 use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
 use crate::runner::{forced_splits, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
@@ -24,8 +25,8 @@ pub struct CaseData {
 
 impl CaseData {
     pub fn new(case: &Case) -> Result<CaseData, String> {
-        let problem =
-            gen::generate(&case.spec).map_err(|e| format!("generating case {}: {e}", case.id))?;
+        let problem = phases::time(Phase::Generate, || gen::generate(&case.spec))
+            .map_err(|e| format!("generating case {}: {e}", case.id))?;
         let rows = case
             .sample_rows
             .map(|n| relattn_reference::sample::sample_rows(&problem, n, case.spec.seed));
@@ -38,16 +39,20 @@ impl CaseData {
     }
 
     pub fn ref64(&self) -> &RefOutput {
-        self.ref64.get_or_init(|| match &self.rows {
-            Some(rows) => fast::attention_rows(&self.problem, rows),
-            None => fast::attention(&self.problem),
+        self.ref64.get_or_init(|| {
+            phases::time(Phase::Reference, || match &self.rows {
+                Some(rows) => fast::attention_rows(&self.problem, rows),
+                None => fast::attention(&self.problem),
+            })
         })
     }
 
     pub fn ref_lp(&self) -> &RefOutput {
-        self.ref_lp.get_or_init(|| match &self.rows {
-            Some(rows) => emulate::attention_rows(&self.problem, rows),
-            None => emulate::attention(&self.problem),
+        self.ref_lp.get_or_init(|| {
+            phases::time(Phase::Reference, || match &self.rows {
+                Some(rows) => emulate::attention_rows(&self.problem, rows),
+                None => emulate::attention(&self.problem),
+            })
         })
     }
 }
@@ -193,7 +198,10 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
         TrialKind::Reference { case, check } => {
             match store.get(case) {
                 Ok(data) => {
-                    let c = selfcheck::run(*check, &data.problem, Some(data.ref64()));
+                    let ref64 = data.ref64();
+                    let c = phases::time(Phase::SelfChecks, || {
+                        selfcheck::run(*check, &data.problem, Some(ref64))
+                    });
                     row.status = if c.pass { Status::Pass } else { Status::Fail };
                     row.max_abs = Some(c.max_abs);
                     row.rel_l2 = Some(c.rel);
@@ -219,8 +227,12 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
                         split: *split,
                         timing: None,
                     };
-                    let result = runner.run(slot, &req);
-                    record_run(&mut row, case, &data, target, result);
+                    let result = phases::time(Phase::Gpu, || runner.run(slot, &req));
+                    // The references first, so the judge's time is the judge's alone.
+                    let _ = (data.ref64(), data.ref_lp());
+                    phases::time(Phase::Judge, || {
+                        record_run(&mut row, case, &data, target, result)
+                    });
                 }
                 (Err(e), _) => error(&mut row, e),
                 (_, None) => {

@@ -11,6 +11,7 @@ pub mod gpu_exec;
 pub mod gpu_status;
 pub mod judge;
 pub mod output;
+pub mod phases;
 pub mod plan;
 pub mod progress;
 pub mod provenance;

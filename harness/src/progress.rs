@@ -94,3 +94,129 @@ impl Phase {
         seconds
     }
 }
+
+/// How often `relattn run` prints a progress line when stderr is not a terminal:
+/// `RELATTN_PROGRESS_S` seconds (default 10).
+pub fn line_interval() -> Duration {
+    std::env::var("RELATTN_PROGRESS_S")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(EVERY, Duration::from_secs_f64)
+}
+
+/// What a run has done so far, for its progress lines.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub phase: &'static str,
+    pub total: usize,
+    /// Rows of this process (a resumed run's earlier rows are in `resumed`).
+    pub done: usize,
+    pub resumed: usize,
+    pub counts: std::collections::BTreeMap<&'static str, usize>,
+    /// When the trials began (the ETA counts from there).
+    pub trials_started: Option<Instant>,
+}
+
+impl Tally {
+    /// `relattn run: trials 981/3961 (24.8%): 950 pass, 31 skip; 45 s elapsed, eta 137 s`
+    pub fn line(&self, elapsed: Duration) -> String {
+        let done = self.done + self.resumed;
+        let mut s = format!("relattn run: {}", self.phase);
+        if self.phase == "trials" {
+            let pct = 100.0 * done as f64 / self.total.max(1) as f64;
+            s.push_str(&format!(" {done}/{} ({pct:.1}%)", self.total));
+            let counts: Vec<String> = self
+                .counts
+                .iter()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
+            if !counts.is_empty() {
+                s.push_str(&format!(": {}", counts.join(", ")));
+            }
+        }
+        s.push_str(&format!("; {:.0} s elapsed", elapsed.as_secs_f64()));
+        if let (Some(t0), true) = (self.trials_started, self.done > 0) {
+            let per = t0.elapsed().as_secs_f64() / self.done as f64;
+            let left = self.total.saturating_sub(done) as f64 * per;
+            s.push_str(&format!(", eta {left:.0} s"));
+        }
+        s
+    }
+}
+
+/// A thread printing the tally's line every `line_interval()` while stderr is not a terminal
+/// (a terminal has the bar); stops when dropped.
+pub struct Ticker {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    pub fn start(tally: std::sync::Arc<Mutex<Tally>>) -> Ticker {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = (!std::io::stderr().is_terminal()).then(|| {
+            let stop = stop.clone();
+            let every = line_interval();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut last = started;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(every.min(Duration::from_millis(100)));
+                    if last.elapsed() >= every {
+                        last = Instant::now();
+                        let line = tally
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .line(started.elapsed());
+                        eprintln!("{line}");
+                    }
+                }
+            })
+        });
+        Ticker { stop, thread }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tally_line_says_done_total_counts_and_eta() {
+        let mut t = Tally {
+            phase: "trials",
+            total: 200,
+            done: 50,
+            resumed: 50,
+            trials_started: Some(Instant::now()),
+            ..Tally::default()
+        };
+        t.counts.insert("pass", 99);
+        t.counts.insert("fail", 1);
+        let line = t.line(Duration::from_secs(12));
+        assert!(
+            line.starts_with(
+                "relattn run: trials 100/200 (50.0%): 1 fail, 99 pass; 12 s elapsed, eta "
+            ),
+            "{line}"
+        );
+        let compile = Tally {
+            phase: "compile",
+            ..Tally::default()
+        };
+        assert_eq!(
+            compile.line(Duration::from_secs(3)),
+            "relattn run: compile; 3 s elapsed"
+        );
+    }
+}

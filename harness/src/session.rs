@@ -31,6 +31,9 @@ pub struct SessionOptions {
     /// Workers whose paths become trials too (`--impl`, `--worker`).
     pub workers: Vec<WorkerSpec>,
     pub worker_timeout: std::time::Duration,
+    /// The reference self-checks: None runs them only where no GPU is usable (a GPU run leaves
+    /// them to CPU CI), true always.
+    pub self_checks: Option<bool>,
 }
 
 impl SessionOptions {
@@ -66,6 +69,7 @@ impl SessionOptions {
             case: None,
             workers,
             worker_timeout,
+            self_checks: Some(true),
         })
     }
 }
@@ -127,11 +131,6 @@ impl Session {
             .unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
         let cases = load_cases(&gpu_matrix, opts)?;
         let mut trials = routing_trials();
-        let self_cases = match &opts.selfcheck_matrix {
-            Some(m) if *m != gpu_matrix => load_cases(m, opts)?,
-            _ => cases.clone(),
-        };
-        trials.extend(reference_trials(&self_cases));
         let mut status = status;
         let mut executor = None;
         if let GpuStatus::Ready { devices, routed } = &status {
@@ -141,11 +140,23 @@ impl Session {
                 PathSelection::List(v) => v.clone(),
             };
             if !paths.is_empty() {
-                match factory.create(devices, bounds, &paths) {
+                let created = crate::phases::time(crate::phases::Phase::Compile, || {
+                    factory.create(devices, bounds, &paths)
+                });
+                match created {
                     Ok(e) => executor = Some(e),
                     Err(e) => status = GpuStatus::Absent(format!("GPU setup failed: {e}")),
                 }
             }
+        }
+        // A run with a usable GPU leaves the self-checks to CPU CI unless asked for them.
+        let gpu_run = matches!(status, GpuStatus::Ready { .. });
+        if opts.self_checks.unwrap_or(!gpu_run) {
+            let self_cases = match &opts.selfcheck_matrix {
+                Some(m) if *m != gpu_matrix => load_cases(m, opts)?,
+                _ => cases.clone(),
+            };
+            trials.extend(reference_trials(&self_cases));
         }
         trials.extend(gpu_trials(&cases, &status, &opts.paths, bounds));
         // Workers start after the device check: a rejected device stops the run before them.

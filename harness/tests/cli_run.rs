@@ -3,7 +3,7 @@
 //! (On a GPU machine the same command runs the GPU trials too; that part is not checked here.)
 
 mod common;
-use common::{relattn, text};
+use common::{relattn, relattn_env, text};
 
 #[test]
 fn run_without_a_gpu_writes_a_complete_cpu_report() {
@@ -13,10 +13,23 @@ fn run_without_a_gpu_writes_a_complete_cpu_report() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
-    let out = relattn(&["run", "--out", out_dir]);
+    // Captured stderr is not a terminal: progress comes as lines, here every 0.2 s.
+    let out = relattn_env(&["run", "--out", out_dir], &[("RELATTN_PROGRESS_S", "0.2")]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("CPU part"), "{stderr}");
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("relattn run: trials ") && l.contains(" elapsed"))
+        .collect();
+    assert!(!progress.is_empty(), "no progress line in {stderr}");
+    assert!(
+        progress
+            .iter()
+            .any(|l| l.contains(" pass") && l.contains("eta ")),
+        "{progress:?}"
+    );
+    assert!(stderr.contains("relattn run: time: wall "), "{stderr}");
     let cpu = dir.path().join("cpu");
     for file in [
         "results.csv",
@@ -33,6 +46,23 @@ fn run_without_a_gpu_writes_a_complete_cpu_report() {
     let build = summary["environment"]["relattn_build"].as_str().unwrap();
     assert!(build.starts_with(env!("CARGO_PKG_VERSION")), "{build}");
     assert!(summary["environment"]["extra"]["run_identity"]["matrix"].is_string());
+    // Where the time went: the CPU run generates cases, computes references and self-checks.
+    let phases = &summary["environment"]["extra"]["phases"];
+    for key in [
+        "wall_s",
+        "generate_s",
+        "reference_s",
+        "self_checks_s",
+        "gpu_s",
+        "judge_s",
+        "compile_s",
+    ] {
+        assert!(phases[key].is_number(), "{key} in {phases}");
+    }
+    assert!(phases["self_checks_s"].as_f64().unwrap() > 0.0, "{phases}");
+    assert!(phases["reference_s"].as_f64().unwrap() > 0.0, "{phases}");
+    let md = std::fs::read_to_string(cpu.join("summary.md")).unwrap();
+    assert!(md.contains("- Time: wall "), "{md}");
     assert_eq!(summary["counts"]["fail"], 0);
     assert_eq!(summary["counts"]["error"], 0);
     assert_eq!(

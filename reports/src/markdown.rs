@@ -60,6 +60,21 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
         let seeds: Vec<String> = env.seeds.iter().map(u64::to_string).collect();
         let _ = writeln!(s, "- Seeds: {}", seeds.join(", "));
     }
+    if let Some(serde_json::Value::Object(phases)) = env.extra.get("phases") {
+        let secs = |k: &str| phases.get(k).and_then(|v| v.as_f64());
+        let busy: Vec<String> = phases
+            .iter()
+            .filter(|(k, _)| k.as_str() != "wall_s")
+            .filter_map(|(k, v)| Some(format!("{} {:.1} s", k.trim_end_matches("_s"), v.as_f64()?)))
+            .collect();
+        if let Some(wall) = secs("wall_s") {
+            let _ = writeln!(
+                s,
+                "- Time: wall {wall:.1} s; busy, summed over threads: {}",
+                busy.join(", ")
+            );
+        }
+    }
     for note in &env.notes {
         let _ = writeln!(s, "- Note: {}", cell(note));
     }

@@ -69,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 case: None,
                 workers: Vec::new(),
                 worker_timeout: std::time::Duration::from_secs(1),
+                self_checks: Some(false),
             };
             let factory = RealFactory {
                 mutant: Some(mutant),

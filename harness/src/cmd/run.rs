@@ -5,6 +5,7 @@ use crate::execute::{failure_text, run_trial, CaseStore, Runners};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
+use crate::progress::{Tally, Ticker};
 use crate::runner::Target;
 use crate::session::{ExecutorFactory, Session, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -67,6 +68,10 @@ pub struct Args {
     /// Seconds a worker may take to answer one request before it is killed and restarted.
     #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
     pub worker_timeout_s: f64,
+    /// Also run the reference self-checks (oracle, paging, layouts, chunking, merge, sampling)
+    /// on a machine with a usable GPU; without a GPU they always run.
+    #[arg(long)]
+    pub self_checks: bool,
 }
 
 /// Set by the first SIGINT: no trial starts after it; the run writes an INCOMPLETE report.
@@ -143,9 +148,16 @@ pub fn run_with(
         case: args.case.clone(),
         workers: crate::worker::specs(&args.impls, &args.workers).map_err(exit::usage)?,
         worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
+        self_checks: args.self_checks.then_some(true),
     };
     // At once, before anything slow: a second run into this --out stops here naming the first.
     let _lock = crate::run_lock::RunLock::acquire(&args.out).map_err(exit::usage)?;
+    let run_started = Instant::now();
+    let tally = Arc::new(Mutex::new(Tally {
+        phase: "compile",
+        ..Tally::default()
+    }));
+    let _ticker = Ticker::start(tally.clone());
     let session = Session::open_with(&opts, source, libs_present, factory)
         .map_err(|e| exit::usage(format!("{e:#}")))?;
     if let GpuStatus::Rejected(why) = &session.status {
@@ -244,11 +256,24 @@ pub fn run_with(
         *counts.entry(r.status.as_str()).or_default() += 1;
     }
     bar.inc(done.len() as u64);
+    {
+        let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+        t.phase = "trials";
+        t.total = session.trials.len();
+        t.resumed = done.len();
+        t.counts = counts.clone();
+        t.trials_started = Some(Instant::now());
+    }
     execute_all(&session, &done, Some(&failures), |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
         *counts.entry(row.status.as_str()).or_default() += 1;
+        {
+            let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+            t.done += 1;
+            *t.counts.entry(row.status.as_str()).or_default() += 1;
+        }
         if row.status.is_bad() {
             bar.suspend(|| eprintln!("{}", failure_text(&row)));
         }
@@ -261,6 +286,11 @@ pub fn run_with(
         return Err(e.into());
     }
     bar.finish_and_clear();
+    let split = crate::phases::split(run_started.elapsed().as_secs_f64());
+    writer
+        .environment_mut()
+        .extra
+        .insert("phases".into(), split.json());
     let dir = writer.dir().to_path_buf();
     if stopping() {
         let done = writer.rows().len();
@@ -273,6 +303,7 @@ pub fn run_with(
         )));
     }
     let summary = writer.finish()?;
+    eprintln!("relattn run: time: {}", split.line());
     let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     eprintln!(
         "relattn run: {} in {:.1}s; report in {}",
@@ -522,6 +553,7 @@ mod tests {
             require_gpu: false,
             resume: false,
             worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
+            self_checks: false,
         }
     }
 
@@ -599,5 +631,53 @@ mod tests {
         a.case = Some(first);
         let _ = run_with(a, &source, true, &factory);
         assert_eq!(factory.attempts.load(Ordering::SeqCst), 1);
+    }
+
+    /// A factory whose runner never runs anything: enough for a session to count as a GPU run.
+    struct IdleFactory;
+
+    struct IdleRunner;
+
+    impl Runner for IdleRunner {
+        fn run(
+            &self,
+            _: usize,
+            _: &crate::runner::RunRequest<'_>,
+        ) -> Result<crate::runner::RunOutput, crate::runner::RunError> {
+            Err(crate::runner::RunError::Other("idle".into()))
+        }
+    }
+
+    impl ExecutorFactory for IdleFactory {
+        fn create(
+            &self,
+            _: &[DeviceInfo],
+            _: BoundsCheck,
+            _: &[relattn_kernels::routing::PathId],
+        ) -> Result<Box<dyn Runner>, String> {
+            Ok(Box::new(IdleRunner))
+        }
+    }
+
+    #[test]
+    fn gpu_runs_leave_the_self_checks_to_cpu_ci_unless_asked() {
+        let h200 = MockSource::single("NVIDIA H200", Capability::new(9, 0));
+        let self_checks = |source: &MockSource, factory: &dyn ExecutorFactory, asked| {
+            let mut opts = SessionOptions::for_cargo_test().unwrap();
+            opts.gpu_matrix = Some("smoke".into());
+            opts.self_checks = asked;
+            let session = Session::open_with(&opts, source, true, factory).unwrap();
+            session
+                .trials
+                .iter()
+                .filter(|t| matches!(t.kind, TrialKind::Reference { .. }))
+                .count()
+        };
+        assert_eq!(self_checks(&h200, &IdleFactory, None), 0);
+        assert!(self_checks(&h200, &IdleFactory, Some(true)) > 100);
+        // No GPU, or a GPU whose setup failed: the run is a CPU run and self-checks.
+        let none = MockSource::new(Vec::new());
+        assert!(self_checks(&none, &IdleFactory, None) > 100);
+        assert!(self_checks(&h200, &CountingFactory::default(), None) > 100);
     }
 }
