@@ -220,8 +220,10 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
             store.release(case);
         }
     }
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    row.wall_ms = Some(wall_ms);
     if row.ms.is_none() && !matches!(trial.kind, TrialKind::Gpu { .. }) {
-        row.ms = Some(started.elapsed().as_secs_f64() * 1e3);
+        row.ms = Some(wall_ms);
     }
     if row.status.is_bad() {
         let target = match &trial.kind {

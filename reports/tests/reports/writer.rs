@@ -6,8 +6,8 @@ use relattn_reports::{
 };
 use std::fs;
 
-const HEADER: &str =
-    "case_id,trial,path,status,max_abs,mean_abs,rel_l2,bound,first_bad,ms,tflops,gbps,seed,message";
+const HEADER: &str = "case_id,trial,path,status,max_abs,mean_abs,rel_l2,bound,first_bad,ms,\
+                      tflops,gbps,seed,message,wall_ms";
 
 fn mixed_rows() -> Vec<Row> {
     let mut a = row("gpu::sheared_bias::a", "sheared_bias", Status::Pass);
