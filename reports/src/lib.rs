@@ -31,7 +31,6 @@ pub use diff::{
 };
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
-pub use junit::{escape_attr, escape_text};
 pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES};
 pub use merge::merge;
 pub use row::{Row, Status};
