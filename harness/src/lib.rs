@@ -2,6 +2,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod case_cache;
 pub mod cmd;
 pub mod execute;
 pub mod exit;
