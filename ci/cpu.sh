@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# CPU job (any machine, no GPU needed): the README's test command, then the smoke tier through
+# CPU job (any machine, no GPU needed): the workspace's tests, then the smoke tier through
 # `relattn run`, which on a machine without a GPU runs the routing checks for every architecture
 # and the reference self-checks and writes a report under $RELATTN_OUT/cpu.
+# The tests run under cargo-nextest when it is installed (profile `ci` of .config/nextest.toml:
+# every failure, skipped trials listed, JUnit copied to $RELATTN_OUT/junit/cargo-test.xml), else
+# under `cargo test --workspace`, the README's test command.
 # Exit code: the first failing command's (1 = a trial failed, 2 = bad input).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -9,5 +12,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$repo_root"
 out="${RELATTN_OUT:-reports-out}"
 
-cargo test --workspace
+if cargo nextest --version >/dev/null 2>&1; then
+    status=0
+    cargo nextest run --workspace --profile ci || status=$?
+    # nextest writes its store under the workspace's target/, whatever CARGO_TARGET_DIR says.
+    junit="$repo_root/target/nextest/ci/junit.xml"
+    if [[ -f "$junit" ]]; then
+        mkdir -p "$out/junit"
+        cp "$junit" "$out/junit/cargo-test.xml"
+    fi
+    [[ $status -eq 0 ]] || exit "$status"
+else
+    cargo test --workspace
+fi
 cargo run --release --bin relattn -- run --matrix smoke --out "$out"

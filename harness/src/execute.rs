@@ -1,6 +1,7 @@
 //! Running trials: each case is generated and its reference computed once, then shared by every
 //! trial (self-checks, paths, split counts, bounds-check variants) that uses it.
 
+use crate::case_cache::CaseCache;
 use crate::judge::judge;
 use crate::phases::{self, Phase};
 use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
@@ -25,8 +26,22 @@ pub struct CaseData {
 
 impl CaseData {
     pub fn new(case: &Case) -> Result<CaseData, String> {
-        let problem = phases::time(Phase::Generate, || gen::generate(&case.spec))
-            .map_err(|e| format!("generating case {}: {e}", case.id))?;
+        CaseData::cached(case, None)
+    }
+
+    /// The case from `cache` when it holds it, else generated (and kept there).
+    pub fn cached(case: &Case, cache: Option<&CaseCache>) -> Result<CaseData, String> {
+        let problem = match cache.and_then(|c| c.load(case)) {
+            Some(p) => p,
+            None => {
+                let p = phases::time(Phase::Generate, || gen::generate(&case.spec))
+                    .map_err(|e| format!("generating case {}: {e}", case.id))?;
+                if let Some(c) = cache {
+                    c.store(case, &p);
+                }
+                p
+            }
+        };
         let rows = case
             .sample_rows
             .map(|n| relattn_reference::sample::sample_rows(&problem, n, case.spec.seed));
@@ -67,6 +82,8 @@ pub struct CaseStore {
     inner: Mutex<HashMap<String, (CaseCell, usize)>>,
     /// Never drop a case (for runs that revisit cases, like `relattn mutants`).
     keep: bool,
+    /// Cases kept on disk between processes (the `cargo test` harness under nextest).
+    disk: Option<CaseCache>,
 }
 
 impl CaseStore {
@@ -83,7 +100,14 @@ impl CaseStore {
         CaseStore {
             inner: Mutex::new(map),
             keep: false,
+            disk: None,
         }
+    }
+
+    /// The same store, reading and keeping generated cases in `cache`.
+    pub fn with_disk_cache(mut self, cache: Option<CaseCache>) -> CaseStore {
+        self.disk = cache;
+        self
     }
 
     /// A store that keeps every case it builds.
@@ -91,6 +115,7 @@ impl CaseStore {
         CaseStore {
             inner: Mutex::new(HashMap::new()),
             keep: true,
+            disk: None,
         }
     }
 
@@ -103,7 +128,7 @@ impl CaseStore {
                 .0
                 .clone()
         };
-        cell.get_or_init(|| CaseData::new(case).map(Arc::new))
+        cell.get_or_init(|| CaseData::cached(case, self.disk.as_ref()).map(Arc::new))
             .clone()
     }
 
@@ -243,8 +268,10 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
             store.release(case);
         }
     }
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    row.wall_ms = Some(wall_ms);
     if row.ms.is_none() && !matches!(trial.kind, TrialKind::Gpu { .. }) {
-        row.ms = Some(started.elapsed().as_secs_f64() * 1e3);
+        row.ms = Some(wall_ms);
     }
     if row.status.is_bad() {
         let target = match &trial.kind {

@@ -3,6 +3,7 @@
 pub mod args;
 pub mod bench;
 pub mod case_by_id;
+pub mod case_cache;
 pub mod cmd;
 pub mod coverage;
 pub mod execute;

@@ -138,3 +138,36 @@ fn diff_fails_on_missing_trials_unless_allowed() {
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 missing"));
 }
+
+#[test]
+fn report_plot_draws_the_plots_and_links_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let mut judged = rows();
+    for (i, r) in judged.iter_mut().enumerate() {
+        r.params
+            .insert("max_kv_len".into(), (1024 << i).to_string());
+        r.params.insert("num_splits_run".into(), "1".into());
+    }
+    write(&dir, &judged);
+    let plots = dir.join("sm90/plots");
+    std::fs::remove_dir_all(&plots).unwrap();
+    let out = relattn(&[Path::new("report"), Path::new("plot"), &dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    for (file, _, _) in relattn_reports::REPORT_PLOTS {
+        let path = plots.join(file);
+        assert!(stdout.contains(&path.display().to_string()), "{stdout}");
+        assert!(std::fs::metadata(&path).unwrap().len() > 1000, "{file}");
+    }
+    let md = std::fs::read_to_string(dir.join("sm90/summary.md")).unwrap();
+    assert!(md.contains("(plots/headroom.svg)"), "{md}");
+
+    let out = relattn(&[
+        Path::new("report"),
+        Path::new("plot"),
+        &tmp.path().join("none"),
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}

@@ -96,6 +96,9 @@ fn an_exact_run_with_its_counters_reset_passes() {
     assert_eq!(row.status, Status::Pass, "{}", row.message);
     // The f64 reference rounded to f32.
     assert!(row.max_abs.is_some_and(|e| e < 1e-6), "{:?}", row.max_abs);
+    // `ms` is the run's own time; `wall_ms` the whole trial's, generation included.
+    assert_eq!(row.ms, Some(1.0));
+    assert!(row.wall_ms.is_some_and(|w| w > 0.0), "{:?}", row.wall_ms);
 }
 
 #[test]

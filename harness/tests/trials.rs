@@ -3,15 +3,99 @@
 //!
 //! `RELATTN_MATRIX` selects the GPU tier (default: `smoke` without a GPU, `ci` with one).
 //! Trials this machine cannot run are listed as ignored; the reasons are printed first.
+//!
+//! A trial that does not run never passes. libtest (`cargo test`) shows it as ignored with its
+//! reason. nextest has no run-time skip (it counts one as a pass), so under nextest a trial
+//! that cannot run when asked to (`--run-ignored`), or that declines at run time (a worker that
+//! answers `unsupported`, a kernel refusing a case the matrix let through), fails with the
+//! reason instead. Under nextest, which runs each trial in a process of its own, generated cases
+//! are kept on disk between processes, under the test target's temporary directory (see
+//! `case_cache`). `harness::list_time_ignores` checks the listing nextest reads.
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use relattn_harness::case_cache::CaseCache;
 use relattn_harness::execute::{run_trial, CaseStore};
 
 use relattn_harness::session::{Session, SessionOptions};
 use relattn_reports::Status;
 use std::collections::BTreeMap;
-use std::process::ExitCode;
+use std::path::Path;
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
+
+/// What a trial that did not run reports: an ignore where the runner can show one, else a
+/// failure.
+fn not_run(reason: &str, nextest: bool) -> Result<Completion, Failed> {
+    if nextest {
+        Err(Failed::from(format!(
+            "not run: {reason} (nextest has no run-time skip, so this is a failure, not a pass)"
+        )))
+    } else {
+        Ok(Completion::ignored_with(reason))
+    }
+}
+
+/// Names of the trials a listing prints (`name: test` lines), as nextest reads them.
+fn listed(extra: &[&str]) -> Result<Vec<String>, Failed> {
+    let exe = std::env::current_exe()?;
+    let out = Command::new(exe)
+        .args(["--list", "--format", "terse"])
+        .args(extra)
+        .output()?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect())
+}
+
+/// The listing marks exactly the trials this machine cannot run as ignored, and one of them,
+/// run anyway, reports its reason: ignored under libtest, failed under nextest, never passed.
+fn list_time_ignores(ignored: Vec<(String, String)>) -> Result<(), Failed> {
+    let all = listed(&[])?;
+    let mut listed_ignored = listed(&["--ignored"])?;
+    let mut expected: Vec<String> = ignored.iter().map(|(n, _)| n.clone()).collect();
+    listed_ignored.sort();
+    expected.sort();
+    if listed_ignored != expected {
+        return Err(format!(
+            "--list --ignored gave {} trials, the plan ignores {}",
+            listed_ignored.len(),
+            expected.len()
+        )
+        .into());
+    }
+    if let Some(name) = expected.iter().find(|n| !all.contains(n)) {
+        return Err(format!("{name} is ignored but not listed").into());
+    }
+    let Some((name, reason)) = ignored.first() else {
+        return Ok(());
+    };
+    let exe = std::env::current_exe()?;
+    for nextest in [false, true] {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--exact", name, "--include-ignored", "--test-threads", "1"]);
+        if nextest {
+            cmd.env("NEXTEST", "1");
+        } else {
+            cmd.env_remove("NEXTEST");
+        }
+        let out = cmd.output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let shown = if nextest {
+            !out.status.success() && text.contains(&format!("not run: {reason}"))
+        } else {
+            out.status.success() && text.contains(&format!("ignored ({reason})"))
+        };
+        if !shown {
+            return Err(format!("{name} run anyway (nextest {nextest}):\n{text}").into());
+        }
+    }
+    Ok(())
+}
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
@@ -39,28 +123,39 @@ fn main() -> ExitCode {
             eprintln!("  ignored {n:>5}: {reason}");
         }
     }
-    let store = Arc::new(CaseStore::for_trials(&trials));
-    let tests = trials
-        .into_iter()
-        .map(|t| {
-            let ignored = t.ignore.is_some();
-            let (store, session) = (store.clone(), session.clone());
-            let name = t.name.clone();
-            Trial::ignorable_test(name, move || {
-                if let Some(reason) = &t.ignore {
-                    return Ok(Completion::ignored_with(reason));
-                }
-                let row = run_trial(&t, &store, &session.runners(0), &session.gpu_matrix);
-                match row.status {
-                    Status::Pass => Ok(Completion::Completed),
-                    Status::Skip => Ok(Completion::ignored_with(row.message)),
-                    Status::Fail | Status::Error => {
-                        Err(Failed::from(relattn_harness::execute::failure_text(&row)))
-                    }
-                }
-            })
-            .with_ignored_flag(ignored)
-        })
+    // nextest sets NEXTEST=1 in the processes it starts.
+    let nextest = std::env::var_os("NEXTEST").is_some();
+    // Under cargo test one process runs every trial and shares each case in memory; under
+    // nextest every trial has a process of its own, and the disk saves generating it again.
+    let cache = nextest
+        .then(|| CaseCache::for_this_binary(option_env!("CARGO_TARGET_TMPDIR").map(Path::new)))
+        .flatten();
+    let store = Arc::new(CaseStore::for_trials(&trials).with_disk_cache(cache));
+    let ignored: Vec<(String, String)> = trials
+        .iter()
+        .filter_map(|t| Some((t.name.clone(), t.ignore.clone()?)))
         .collect();
+    let mut tests: Vec<Trial> = vec![Trial::test("harness::list_time_ignores", move || {
+        list_time_ignores(ignored)
+    })];
+    tests.extend(trials.into_iter().map(|t| {
+        let ignored = t.ignore.is_some();
+        let (store, session) = (store.clone(), session.clone());
+        let name = t.name.clone();
+        Trial::ignorable_test(name, move || {
+            if let Some(reason) = &t.ignore {
+                return not_run(reason, nextest);
+            }
+            let row = run_trial(&t, &store, &session.runners(0), &session.gpu_matrix);
+            match row.status {
+                Status::Pass => Ok(Completion::Completed),
+                Status::Skip => not_run(&row.message, nextest),
+                Status::Fail | Status::Error => {
+                    Err(Failed::from(relattn_harness::execute::failure_text(&row)))
+                }
+            }
+        })
+        .with_ignored_flag(ignored)
+    }));
     libtest_mimic::run(&args, tests).exit_code()
 }

@@ -5,8 +5,9 @@ use crate::row::{format_float, Row, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The first columns of results.csv, in order.
-pub const FIXED_COLUMNS: [&str; 14] = [
+/// The first columns of results.csv, in order. Files written before `wall_ms` existed end the
+/// fixed columns at `message`; they still read (without wall times).
+pub const FIXED_COLUMNS: [&str; 15] = [
     "case_id",
     "trial",
     "path",
@@ -21,7 +22,11 @@ pub const FIXED_COLUMNS: [&str; 14] = [
     "gbps",
     "seed",
     "message",
+    "wall_ms",
 ];
+
+/// Fixed columns of files written before `wall_ms`.
+const OLD_FIXED: usize = 14;
 
 /// The cell of a parameter a row does not have (as PostgreSQL and MySQL write NULL), so that a
 /// parameter with an empty value survives the CSV: `""` is a value, `\N` is no parameter. A
@@ -88,6 +93,7 @@ fn write_records(
             opt(r.gbps),
             r.seed.map(|s| s.to_string()).unwrap_or_default(),
             r.message.clone(),
+            opt(r.wall_ms),
         ];
         rec.extend(params.iter().map(|p| param_cell(r.params.get(*p))));
         w.write_record(&rec)?;
@@ -112,8 +118,8 @@ pub(crate) fn read_csv(path: &Path) -> Result<Vec<(u64, Row)>, ReportError> {
         line,
         message,
     };
-    let found: Vec<&str> = header.iter().take(FIXED_COLUMNS.len()).collect();
-    if found != FIXED_COLUMNS {
+    let found: Vec<&str> = header.iter().take(OLD_FIXED).collect();
+    if found != FIXED_COLUMNS[..OLD_FIXED] {
         return Err(bad(
             1,
             format!(
@@ -123,11 +129,12 @@ pub(crate) fn read_csv(path: &Path) -> Result<Vec<(u64, Row)>, ReportError> {
             ),
         ));
     }
-    let param_names: Vec<String> = header
-        .iter()
-        .skip(FIXED_COLUMNS.len())
-        .map(str::to_string)
-        .collect();
+    let fixed = if header.get(OLD_FIXED) == Some(FIXED_COLUMNS[OLD_FIXED]) {
+        FIXED_COLUMNS.len()
+    } else {
+        OLD_FIXED
+    };
+    let param_names: Vec<String> = header.iter().skip(fixed).map(str::to_string).collect();
     let mut rows = Vec::new();
     for rec in rd.records() {
         let rec = rec.map_err(csv_err)?;
@@ -157,7 +164,7 @@ pub(crate) fn read_csv(path: &Path) -> Result<Vec<(u64, Row)>, ReportError> {
             .iter()
             .enumerate()
             .filter_map(|(i, name)| {
-                let cell = rec.get(FIXED_COLUMNS.len() + i).unwrap_or(ABSENT_CELL);
+                let cell = rec.get(fixed + i).unwrap_or(ABSENT_CELL);
                 param_of_cell(cell).map(|v| (name.clone(), v))
             })
             .collect();
@@ -178,6 +185,7 @@ pub(crate) fn read_csv(path: &Path) -> Result<Vec<(u64, Row)>, ReportError> {
                 gbps: float(11)?,
                 seed,
                 message: cell(13).to_string(),
+                wall_ms: if fixed > OLD_FIXED { float(14)? } else { None },
                 params,
             },
         ));

@@ -96,6 +96,8 @@ pub enum ReportError {
     },
     #[error("nothing to merge: give at least one report directory")]
     NoInputs,
+    #[error("cannot draw the plots of {path}: {message}")]
+    Plot { path: PathBuf, message: String },
 }
 
 pub(crate) fn io(

@@ -1,57 +1,27 @@
 //! junit.xml: one testsuite per path, one testcase per trial, for CI test-result views.
+//!
+//! Written with quick-junit (nextest's writer). The file validates against the Jenkins xunit
+//! plugin's junit-10.xsd, the schema CI importers check JUnit files against (a test holds it to
+//! that schema): testcase times are wall times of the trials, never negative, and the root
+//! `<testsuites>` carries no `skipped` count, which that schema does not allow there.
 
 use crate::row::{format_float, Row, Status};
 use crate::summary::Summary;
+use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::time::Duration;
 
-/// Characters XML 1.0 cannot hold at all (most C0 controls, U+FFFE, U+FFFF) become U+FFFD.
-fn xml_char_ok(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{FFFE}' && c != '\u{FFFF}')
+/// A row's wall time as a duration (none for a trial that did not run, or a bad figure).
+fn wall_time(r: &Row) -> Option<Duration> {
+    r.wall_ms
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1e3).ok())
 }
 
-/// Escapes text for an attribute value; newlines and tabs as character references so parsers
-/// keep them (attribute normalisation would turn them into spaces).
-pub fn escape_attr(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
-            c if xml_char_ok(c) => out.push(c),
-            _ => out.push('\u{FFFD}'),
-        }
-    }
-    out
-}
-
-/// Escapes character data (element content).
-pub fn escape_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c if xml_char_ok(c) => out.push(c),
-            _ => out.push('\u{FFFD}'),
-        }
-    }
-    out
-}
-
-fn seconds(rows: &[&Row]) -> f64 {
-    rows.iter()
-        .filter_map(|r| r.ms)
-        .filter(|m| m.is_finite())
-        .sum::<f64>()
-        / 1000.0
+/// Text XML 1.0 can hold: quick-junit drops the C0 controls; U+FFFE and U+FFFF become U+FFFD.
+fn xml_text(text: &str) -> String {
+    text.replace(['\u{FFFE}', '\u{FFFF}'], "\u{FFFD}")
 }
 
 /// The details under a failure: the figures that judged it, then the message.
@@ -71,84 +41,48 @@ fn failure_body(r: &Row) -> String {
         let _ = writeln!(body, "first_bad (t:h:c) = {fb}");
     }
     body.push_str(&r.message);
-    body
+    xml_text(&body)
 }
 
-/// Renders junit.xml for one architecture.
-pub fn render(summary: &Summary, rows: &[Row]) -> String {
-    let arch = &summary.arch;
-    let mut by_path: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
-    for r in rows {
-        by_path.entry(r.path.as_str()).or_default().push(r);
-    }
-    let all: Vec<&Row> = rows.iter().collect();
-    let c = &summary.counts;
-    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        x,
-        "<testsuites name=\"relattn {}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
-        escape_attr(arch),
-        c.total(),
-        c.fail,
-        c.error,
-        c.skip,
-        seconds(&all)
-    );
-    for (path, prs) in &by_path {
-        let count = |st: Status| prs.iter().filter(|r| r.status == st).count();
-        let _ = writeln!(
-            x,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
-            escape_attr(path),
-            prs.len(),
-            count(Status::Fail),
-            count(Status::Error),
-            count(Status::Skip),
-            seconds(prs)
-        );
-        properties(&mut x, summary);
-        let classname = escape_attr(&format!("relattn.{arch}.{path}"));
-        for r in prs {
-            let time = r.ms.filter(|m| m.is_finite()).unwrap_or(0.0) / 1000.0;
-            let open = format!(
-                "    <testcase name=\"{}\" classname=\"{classname}\" time=\"{time:.6}\"",
-                escape_attr(&r.trial)
-            );
-            let message = escape_attr(&r.message);
-            match r.status {
-                Status::Pass => {
-                    let _ = writeln!(x, "{open}/>");
-                }
-                Status::Skip => {
-                    let _ = writeln!(
-                        x,
-                        "{open}>\n      <skipped message=\"{message}\"/>\n    </testcase>"
-                    );
-                }
-                Status::Fail | Status::Error => {
-                    let tag = if r.status == Status::Fail {
-                        "failure"
-                    } else {
-                        "error"
-                    };
-                    let _ = writeln!(
-                        x,
-                        "{open}>\n      <{tag} message=\"{message}\" type=\"{}\">{}</{tag}>\n    </testcase>",
-                        r.status,
-                        escape_text(&failure_body(r))
-                    );
-                }
+fn test_case(r: &Row, classname: &str) -> TestCase {
+    let status = match r.status {
+        Status::Pass => TestCaseStatus::success(),
+        Status::Skip => {
+            let mut s = TestCaseStatus::skipped();
+            if !r.message.is_empty() {
+                s.set_message(xml_text(&r.message));
             }
+            s
         }
-        let _ = writeln!(x, "  </testsuite>");
+        Status::Fail | Status::Error => {
+            let kind = if r.status == Status::Fail {
+                NonSuccessKind::Failure
+            } else {
+                NonSuccessKind::Error
+            };
+            let mut s = TestCaseStatus::non_success(kind);
+            s.set_type(r.status.as_str());
+            if !r.message.is_empty() {
+                s.set_message(xml_text(&r.message));
+            }
+            let body = failure_body(r);
+            if !body.is_empty() {
+                s.set_description(body);
+            }
+            s
+        }
+    };
+    let mut case = TestCase::new(xml_text(&r.trial), status);
+    case.set_classname(classname);
+    if let Some(t) = wall_time(r) {
+        case.set_time(t);
     }
-    x.push_str("</testsuites>\n");
-    x
+    case
 }
 
-fn properties(x: &mut String, summary: &Summary) {
+fn properties(summary: &Summary) -> Vec<Property> {
     let env = &summary.environment;
-    let props: Vec<(&str, &Option<String>)> = vec![
+    [
         ("gpu", &env.gpu_name),
         ("capability", &env.capability),
         ("driver", &env.driver),
@@ -159,21 +93,79 @@ fn properties(x: &mut String, summary: &Summary) {
         ("git_revision", &env.git_revision),
         ("matrix", &env.matrix),
         ("shard", &env.shard),
-    ];
-    let present: Vec<(&str, &String)> = props
-        .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
-        .collect();
-    if present.is_empty() {
-        return;
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.as_ref().map(|v| Property::new(k, xml_text(v))))
+    .collect()
+}
+
+/// Renders junit.xml for one architecture.
+pub fn render(summary: &Summary, rows: &[Row]) -> String {
+    let arch = &summary.arch;
+    let mut by_path: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by_path.entry(r.path.as_str()).or_default().push(r);
     }
-    let _ = writeln!(x, "    <properties>");
-    for (k, v) in present {
-        let _ = writeln!(
-            x,
-            "      <property name=\"{k}\" value=\"{}\"/>",
-            escape_attr(v)
+    let mut report = Report::new(xml_text(&format!("relattn {arch}")));
+    let mut total = Duration::ZERO;
+    for (path, prs) in &by_path {
+        let mut suite = TestSuite::new(xml_text(path));
+        suite.add_properties(properties(summary));
+        let classname = xml_text(&format!("relattn.{arch}.{path}"));
+        let time: Duration = prs.iter().filter_map(|r| wall_time(r)).sum();
+        suite.set_time(time);
+        total += time;
+        suite.add_test_cases(prs.iter().map(|r| test_case(r, &classname)));
+        report.add_test_suite(suite);
+    }
+    report.set_time(total);
+    let xml = report
+        .to_string()
+        .unwrap_or_else(|e| format!("<!-- junit.xml could not be written: {e} -->\n"));
+    drop_root_skipped(&xml)
+}
+
+/// Removes the `skipped` attribute of the root `<testsuites>` element (the first start tag after
+/// the declaration), which quick-junit always writes. Attribute values are escaped, so the
+/// first ` skipped="` inside that tag is the attribute.
+fn drop_root_skipped(xml: &str) -> String {
+    let Some(root) = xml.find("<testsuites") else {
+        return xml.to_string();
+    };
+    let tag_end = root + xml[root..].find('>').unwrap_or(xml.len() - root);
+    let Some(at) = xml[root..tag_end].find(" skipped=\"").map(|i| root + i) else {
+        return xml.to_string();
+    };
+    let value_start = at + " skipped=\"".len();
+    let Some(len) = xml[value_start..tag_end].find('"') else {
+        return xml.to_string();
+    };
+    format!("{}{}", &xml[..at], &xml[value_start + len + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_loses_its_skipped_count_only() {
+        let xml = "<?xml version=\"1.0\"?>\n<testsuites name=\"a skipped=&quot;1&quot;\" \
+                   tests=\"2\" skipped=\"1\" failures=\"0\">\n<testsuite skipped=\"1\"/>";
+        assert_eq!(
+            drop_root_skipped(xml),
+            "<?xml version=\"1.0\"?>\n<testsuites name=\"a skipped=&quot;1&quot;\" \
+             tests=\"2\" failures=\"0\">\n<testsuite skipped=\"1\"/>"
         );
     }
-    let _ = writeln!(x, "    </properties>");
+
+    #[test]
+    fn bad_wall_times_are_left_out() {
+        let mut r = Row::new("c", "t", "p", Status::Pass);
+        for ms in [f64::NAN, -0.0 - 1.0, f64::INFINITY, 1e300] {
+            r.wall_ms = Some(ms);
+            assert_eq!(wall_time(&r), None, "{ms}");
+        }
+        r.wall_ms = Some(1500.0);
+        assert_eq!(wall_time(&r), Some(Duration::from_millis(1500)));
+    }
 }

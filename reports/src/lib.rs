@@ -5,7 +5,8 @@
 //! - `results.jsonl`: one JSON row per line, appended as trials finish (survives interruption);
 //! - `results.csv`: the same rows, columns [`FIXED_COLUMNS`] then one per parameter (sorted);
 //! - `summary.json`: [`Summary`] (schema version, environment, counts, worst ratios, timings);
-//! - `summary.md`: tables a person reads; `junit.xml`: for CI test views.
+//! - `summary.md`: tables a person reads, linking the plots; `junit.xml`: for CI test views;
+//! - `plots/*.svg`: error / bound per path and against KV length, split count and layer.
 //!
 //! This crate knows nothing of the other relattn crates (paths and parameters are strings); it
 //! only writes its files through `relattn_reference::files::write_atomic`, as every relattn
@@ -20,6 +21,8 @@ mod junit;
 mod load;
 mod markdown;
 mod merge;
+mod plot;
+mod roofline;
 mod row;
 mod summary;
 mod writer;
@@ -31,9 +34,10 @@ pub use diff::{
 };
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
-pub use junit::{escape_attr, escape_text};
 pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES};
 pub use merge::merge;
+pub use plot::{existing_plots, report_plots, write_plots, PLOTS_DIR, RATIO_FLOOR, REPORT_PLOTS};
+pub use roofline::{roofline, RooflinePoint};
 pub use row::{Row, Status};
 pub use summary::{median, PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
 pub use writer::{now, ReportWriter};
@@ -58,7 +62,23 @@ pub fn render(report: &Report) -> String {
     report
         .archs
         .values()
-        .map(|a| markdown::render(&a.summary(), &a.rows))
+        .map(|a| markdown::render(&a.summary(), &a.rows, &existing_plots(&a.dir)))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Draws the plots of every architecture of the report in `dir` into its `plots/` and rewrites
+/// its summary.md to link them; returns each architecture directory with the plots written.
+pub fn plot(dir: &Path) -> Result<Vec<(std::path::PathBuf, Vec<&'static str>)>, ReportError> {
+    let report = load(dir)?;
+    let mut out = Vec::new();
+    for a in report.archs.values() {
+        let plots = write_plots(&a.dir, &a.rows)?;
+        writer::write_atomic(
+            &a.dir.join(SUMMARY_MD),
+            markdown::render(&a.summary(), &a.rows, &plots).as_bytes(),
+        )?;
+        out.push((a.dir.clone(), plots));
+    }
+    Ok(out)
 }

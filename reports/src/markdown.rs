@@ -1,5 +1,6 @@
 //! summary.md: what a person reads first. One table per path, one line per layer kind.
 
+use crate::plot::{PLOTS_DIR, REPORT_PLOTS};
 use crate::row::{short_float, Row, Status};
 use crate::summary::{cmp_ratio, worst_ratio, StatusCounts, Summary};
 use std::collections::BTreeMap;
@@ -28,8 +29,8 @@ fn opt(v: Option<f64>) -> String {
     v.map(short_float).unwrap_or_else(|| "-".to_string())
 }
 
-/// Renders summary.md for one architecture.
-pub fn render(summary: &Summary, rows: &[Row]) -> String {
+/// Renders summary.md for one architecture, linking `plots` (file names in `plots/`).
+pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
     let mut s = String::new();
     let env = &summary.environment;
     let state = if summary.complete {
@@ -91,6 +92,7 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
         counts_text(&summary.counts)
     );
     compile_section(&mut s, summary);
+    plots_line(&mut s, plots);
 
     let mut by_path: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
@@ -100,6 +102,17 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
         path_section(&mut s, summary, path, prs);
     }
     s
+}
+
+fn plots_line(s: &mut String, plots: &[&str]) {
+    let links: Vec<String> = REPORT_PLOTS
+        .iter()
+        .filter(|(file, _, _)| plots.contains(file))
+        .map(|(file, title, _)| format!("[{title}]({PLOTS_DIR}/{file})"))
+        .collect();
+    if !links.is_empty() {
+        let _ = writeln!(s, "Plots: {}.\n", links.join(", "));
+    }
 }
 
 fn compile_section(s: &mut String, summary: &Summary) {

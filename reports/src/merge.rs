@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Merges the reports in `dirs` into `out`: architecture directories of the same name are merged,
 /// rows deduplicated by trial name. A trial present twice must have the same result (everything
-/// but the timing columns `ms`, `tflops`, `gbps` and the free-text `message`); otherwise it is a
+/// but the timing columns `ms`, `wall_ms`, `tflops`, `gbps` and the free-text `message`); otherwise it is a
 /// [`ReportError::Conflict`]. The environment is the first input's, with the shards listed
 /// together, `started`/`finished` spanning all inputs, and `extra.merged_from` naming each input.
 /// All inputs are read before anything is written, so `out` may be one of them.

@@ -70,8 +70,14 @@ pub struct Row {
     /// First failing element as "t:h:c".
     #[serde(default)]
     pub first_bad: Option<String>,
+    /// Time of the run the judgement is about: the kernel (GPU trials, CUDA events) or the
+    /// check (CPU trials), in milliseconds.
     #[serde(default, with = "opt_float")]
     pub ms: Option<f64>,
+    /// Wall time of the whole trial (case generation or lookup, reference, run, judgement), in
+    /// milliseconds; absent for a trial that did not run.
+    #[serde(default, with = "opt_float")]
+    pub wall_ms: Option<f64>,
     #[serde(default, with = "opt_float")]
     pub tflops: Option<f64>,
     #[serde(default, with = "opt_float")]
@@ -104,6 +110,7 @@ impl Row {
             bound: None,
             first_bad: None,
             ms: None,
+            wall_ms: None,
             tflops: None,
             gbps: None,
             seed: None,

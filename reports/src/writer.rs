@@ -5,7 +5,7 @@ use crate::env::Environment;
 use crate::error::{io, ReportError};
 use crate::row::Row;
 use crate::summary::Summary;
-use crate::{junit, markdown};
+use crate::{junit, markdown, plot};
 use crate::{JUNIT_XML, RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON, SUMMARY_MD};
 use relattn_reference::files;
 use std::fs::{self, File, OpenOptions};
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// Each pushed row is appended to `results.jsonl` as one line with one `write` call, so a run
 /// that is killed keeps every row it finished (the operating system holds the data even if the
 /// process dies; a power loss may drop the last rows). `finish` then writes results.csv,
-/// summary.json, summary.md and junit.xml from all rows: the CSV is written whole at the end
+/// summary.json, summary.md, junit.xml and the plots from all rows: the CSV is written whole at the end
 /// because its parameter columns are the union over rows, which is only known then.
 /// An interrupted directory is still readable by [`crate::load`], and `relattn report merge`
 /// over it writes the missing files.
@@ -62,14 +62,7 @@ impl ReportWriter {
         let arch_dir = dir.join(arch_dir_name);
         fs::create_dir_all(&arch_dir).map_err(io("create directory", &arch_dir))?;
         // Files of an earlier run in the same place would contradict the new rows.
-        for stale in [RESULTS_CSV, SUMMARY_MD, JUNIT_XML] {
-            let p = arch_dir.join(stale);
-            match fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io("remove", &p)(e)),
-            }
-        }
+        remove_final_files(&arch_dir)?;
         let started = Summary::of(arch_dir_name, env.clone(), &[], false);
         write_json(&arch_dir.join(SUMMARY_JSON), &started)?;
         let log_path = arch_dir.join(RESULTS_JSONL);
@@ -106,14 +99,7 @@ impl ReportWriter {
         } else {
             Vec::new()
         };
-        for stale in [RESULTS_CSV, SUMMARY_MD, JUNIT_XML] {
-            let p = arch_dir.join(stale);
-            match fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io("remove", &p)(e)),
-            }
-        }
+        remove_final_files(&arch_dir)?;
         // The kept rows, rewritten whole: the torn line goes, and appends start on a new line.
         let mut text = String::new();
         for r in &rows {
@@ -180,13 +166,27 @@ impl ReportWriter {
         write_outputs(&self.dir, &self.arch, self.env, &self.rows, false, false)
     }
 
-    /// Writes results.csv, summary.json, summary.md and junit.xml; stamps `finished` if unset.
+    /// Writes results.csv, summary.json, summary.md, junit.xml and the plots; stamps `finished`
+    /// if unset.
     pub fn finish(mut self) -> Result<Summary, ReportError> {
         if self.env.finished.is_none() {
             self.env.finished = Some(now());
         }
         write_outputs(&self.dir, &self.arch, self.env, &self.rows, true, false)
     }
+}
+
+/// Removes the files written when a run finishes (results.csv, summary.md, junit.xml, the plots).
+fn remove_final_files(arch_dir: &Path) -> Result<(), ReportError> {
+    for stale in [RESULTS_CSV, SUMMARY_MD, JUNIT_XML] {
+        let p = arch_dir.join(stale);
+        match fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove", &p)(e)),
+        }
+    }
+    plot::remove_plots(arch_dir, |_| true)
 }
 
 /// Current time as RFC 3339 (UTC, seconds).
@@ -208,8 +208,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError>
     files::write_atomic(path, |w| w.write_all(bytes)).map_err(io("write", path))
 }
 
-/// Writes every file of one architecture directory from its rows (and results.jsonl too when
-/// `with_jsonl`, as merge does).
+/// Writes every file of one architecture directory from its rows, the plots included (and
+/// results.jsonl too when `with_jsonl`, as merge does).
 pub(crate) fn write_outputs(
     arch_dir: &Path,
     arch: &str,
@@ -233,9 +233,10 @@ pub(crate) fn write_outputs(
     }
     write_csv(&arch_dir.join(RESULTS_CSV), rows)?;
     let summary = Summary::of(arch, env, rows, complete);
+    let plots = plot::write_plots(arch_dir, rows)?;
     write_atomic(
         &arch_dir.join(SUMMARY_MD),
-        markdown::render(&summary, rows).as_bytes(),
+        markdown::render(&summary, rows, &plots).as_bytes(),
     )?;
     write_atomic(
         &arch_dir.join(JUNIT_XML),

@@ -1,8 +1,10 @@
 //! What `relattn bench` reports: one row per (shape, path) with its timing and derived rates as
-//! percentages of the measured peaks, the fastest path per shape, a text table and JSON.
+//! percentages of the measured peaks, the fastest path per shape, a text table, JSON and the
+//! roofline plot.
 
 use super::shapes::Figures;
 use relattn_kernels::gpu::{Peaks, Timing};
+use relattn_reports::RooflinePoint;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -206,6 +208,27 @@ impl BenchReport {
     pub fn to_json(&self) -> serde_json::Result<String> {
         serde_json::to_string_pretty(self).map(|s| s + "\n")
     }
+}
+
+/// The roofline of the table (`relattn bench --plot`): each timed row at its FLOP per fewest
+/// byte and TFLOP/s, one series per path, under the measured roofs.
+pub fn roofline_svg(r: &BenchReport) -> Result<String, String> {
+    let points: Vec<RooflinePoint> = r
+        .rows
+        .iter()
+        .filter(|row| row.status == RowStatus::Ok && row.figures.min_bytes > 0.0)
+        .filter_map(|row| {
+            Some(RooflinePoint {
+                series: row.path.clone(),
+                label: row.shape.clone(),
+                intensity: row.figures.flops / row.figures.min_bytes,
+                tflops: row.tflops?,
+            })
+        })
+        .collect();
+    let peaks = r.peaks.as_ref().map(|p| (p.gemm.tflops, p.copy.gbps));
+    let title = format!("roofline: {} ({})", r.device.name, r.device.arch);
+    relattn_reports::roofline(&title, &points, peaks)
 }
 
 fn opt(x: Option<f64>, width: usize, decimals: usize) -> String {

@@ -243,3 +243,29 @@ fn worker_rows_are_compared_with_the_fastest_native_path() {
         .collect();
     assert_eq!(fastest, ["fallback"]);
 }
+
+#[test]
+fn the_roofline_has_a_series_per_path_the_roofs_and_a_label_per_point() {
+    // Through the JSON `--json` writes: a table measured elsewhere plots the same.
+    let r: BenchReport = serde_json::from_str(&fake().to_json().unwrap()).unwrap();
+    let svg = roofline_svg(&r).unwrap();
+    assert_eq!(svg, roofline_svg(&fake()).unwrap());
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("roofline: NVIDIA H200 (sm_90)"));
+    // Timed, valid rows only: the errored and unsupported rows are not points.
+    for path in ["score_mod", "fallback", "sheared_bias"] {
+        assert!(
+            svg.contains(&format!("{path}\n</text>")),
+            "no series {path}"
+        );
+    }
+    assert_eq!(svg.matches("prefill\n</text>").count(), 2);
+    assert_eq!(svg.matches("decode\n</text>").count(), 1);
+    assert_eq!(svg.matches("<circle").count(), 3);
+    assert!(svg.contains("roofs: 800 TFLOP/s, 4000 GB/s"));
+    // Without peaks: the points alone.
+    let mut bare = fake();
+    bare.peaks = None;
+    let svg = roofline_svg(&bare).unwrap();
+    assert!(!svg.contains("roofs:") && svg.matches("<circle").count() == 3);
+}

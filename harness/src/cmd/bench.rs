@@ -1,11 +1,13 @@
 //! `relattn bench`: time every GPU path on the benchmark shapes, next to the device's measured
-//! copy bandwidth and cuBLAS bf16 matrix-product rate; print a table, optionally write JSON.
+//! copy bandwidth and cuBLAS bf16 matrix-product rate; print a table, optionally write JSON and
+//! the roofline (`--plot`). `--from-json` prints and plots a table measured before, on any
+//! machine.
 //!
 //! Arguments are checked first (exit 2), then the capability preflight (no GPU or a rejected
 //! device: exit 3, before anything is compiled or allocated). A row that errors, or whose
 //! outputs were not all written, makes the command exit 1 after the table is printed.
 
-use crate::bench::report::{format_report, RowStatus};
+use crate::bench::report::{format_report, roofline_svg, BenchReport, RowStatus};
 use crate::bench::session::run_on_gpu;
 use crate::bench::shapes::{parse_shapes, SHAPES};
 use crate::bench::{BenchOptions, PathChoice};
@@ -14,7 +16,8 @@ use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use anyhow::Context;
 use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_kernels::gpu::Gpu;
-use std::path::PathBuf;
+use relattn_reports::MAX_REPORT_FILE_BYTES;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -34,6 +37,14 @@ pub struct Args {
     /// Write device, peaks and every row (with all samples) as JSON; rewritten after each shape.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write the roofline of the table as SVG: each timed row's TFLOP/s against its FLOP per
+    /// byte, one series per path, under the measured compute and memory roofs.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Measure nothing: read a table written by --json (on any machine, no GPU needed), print
+    /// it and, with --plot, draw its roofline.
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    pub from_json: Option<PathBuf>,
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
@@ -83,6 +94,14 @@ pub fn options(args: &Args) -> anyhow::Result<BenchOptions> {
             )));
         }
     }
+    if let (Some(plot), Some(json)) = (&args.plot, &args.json) {
+        if plot == json || relattn_reference::files::same_file(plot, json) {
+            return Err(usage(format!(
+                "--plot and --json name the same file {}: give two files",
+                plot.display()
+            )));
+        }
+    }
     if u32::try_from(args.device).is_err() {
         return Err(usage(format!(
             "--device {} is not a GPU index",
@@ -118,6 +137,11 @@ pub fn run_with(
     libs_present: bool,
 ) -> anyhow::Result<()> {
     let opts = options(&args)?;
+    if let Some(path) = &args.from_json {
+        let report = read_json(path)?;
+        print!("{}", format_report(&report));
+        return write_plot(&report, args.plot.as_deref());
+    }
     let selection = DeviceSelection::List(vec![opts.device as u32]);
     let (info, routed) = match detect(source, libs_present, &selection) {
         GpuStatus::Absent(why) => {
@@ -141,6 +165,7 @@ pub fn run_with(
             .with_context(|| format!("{}: cannot write", path.display()))?;
         println!("wrote {}", path.display());
     }
+    write_plot(&report, args.plot.as_deref())?;
     let bad = report
         .rows
         .iter()
@@ -151,6 +176,35 @@ pub fn run_with(
             "{bad} row(s) failed: see the table (ERROR or INVALID)"
         )));
     }
+    Ok(())
+}
+
+/// A table `--json` wrote, refused past the report-file size limit.
+fn read_json(path: &Path) -> anyhow::Result<BenchReport> {
+    let bad = |why: String| usage(format!("--from-json {}: {why}", path.display()));
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| bad(e.to_string()))?
+        .len();
+    if bytes > MAX_REPORT_FILE_BYTES {
+        return Err(bad(format!(
+            "{bytes} bytes, more than a report file may have ({MAX_REPORT_FILE_BYTES})"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        bad(format!(
+            "not a table written by `relattn bench --json`: {e}"
+        ))
+    })
+}
+
+/// Writes the roofline of `report` to `path`, when one is given.
+fn write_plot(report: &BenchReport, path: Option<&Path>) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let svg = roofline_svg(report).map_err(|e| failed(format!("cannot draw the roofline: {e}")))?;
+    relattn_reference::files::write_atomic(path, |w| w.write_all(svg.as_bytes()))
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    println!("wrote {}", path.display());
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! `relattn report`: merge shard reports, diff against a baseline, show a summary.
+//! `relattn report`: merge shard reports, diff against a baseline, show a summary, draw plots.
 
 use crate::exit;
 use relattn_reports::{DiffOptions, Report};
@@ -60,6 +60,13 @@ enum ReportCommand {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Draw the plots of a report directory (error / bound per path, against KV length, split
+    /// count and layer) into each architecture's plots/, and link them from its summary.md.
+    Plot {
+        /// A report directory (holding sm90/, cpu/, ...) or one architecture directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -87,6 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             diff(&base, &new, &options, json)
         }
+        ReportCommand::Plot { dir } => plot(&dir),
         ReportCommand::Show { dir } => {
             let text = relattn_reports::show(&dir).map_err(unreadable)?;
             crate::output::print(&text)?;
@@ -105,6 +113,30 @@ fn unreadable(err: relattn_reports::ReportError) -> anyhow::Error {
 
 fn load(dir: &Path) -> anyhow::Result<Report> {
     relattn_reports::load(dir).map_err(unreadable)
+}
+
+fn plot(dir: &Path) -> anyhow::Result<()> {
+    load(dir)?;
+    let drawn = relattn_reports::plot(dir)
+        .map_err(|e| exit::usage(format!("cannot plot {}: {e}", dir.display())))?;
+    for (arch_dir, plots) in drawn {
+        if plots.is_empty() {
+            println!(
+                "{}: no judged GPU trials (error and bound), no plots",
+                arch_dir.display()
+            );
+        }
+        for file in plots {
+            println!(
+                "{}",
+                arch_dir
+                    .join(relattn_reports::PLOTS_DIR)
+                    .join(file)
+                    .display()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {

@@ -11,6 +11,7 @@ pub fn row(trial: &str, path: &str, status: Status) -> Row {
     r.rel_l2 = Some(2e-3);
     r.bound = Some(2e-2);
     r.ms = Some(1.5);
+    r.wall_ms = Some(12.5);
     r.tflops = Some(100.0);
     r.gbps = Some(1000.0);
     r.seed = Some(7);

@@ -182,7 +182,7 @@ fn any_row() -> impl Strategy<Value = Row> {
         Just(Status::Skip),
         Just(Status::Error)
     ];
-    let figures = proptest::collection::vec(figure(), 7);
+    let figures = proptest::collection::vec(figure(), 8);
     let params = proptest::collection::btree_map("[a-z_]{1,6}", text(), 0..5);
     (
         text(),
@@ -199,7 +199,7 @@ fn any_row() -> impl Strategy<Value = Row> {
             |(case_id, trial, path, status, f, first_bad, seed, message, params)| {
                 let mut r = Row::new(case_id, trial, path, status);
                 (r.max_abs, r.mean_abs, r.rel_l2, r.bound) = (f[0], f[1], f[2], f[3]);
-                (r.ms, r.tflops, r.gbps) = (f[4], f[5], f[6]);
+                (r.ms, r.tflops, r.gbps, r.wall_ms) = (f[4], f[5], f[6], f[7]);
                 r.first_bad = Some(first_bad).filter(|s| !s.is_empty());
                 r.seed = seed;
                 r.message = message;

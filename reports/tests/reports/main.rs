@@ -4,4 +4,5 @@ mod common;
 mod diff;
 mod load;
 mod merge;
+mod plot;
 mod writer;

@@ -6,8 +6,8 @@ use relattn_reports::{
 };
 use std::fs;
 
-const HEADER: &str =
-    "case_id,trial,path,status,max_abs,mean_abs,rel_l2,bound,first_bad,ms,tflops,gbps,seed,message";
+const HEADER: &str = "case_id,trial,path,status,max_abs,mean_abs,rel_l2,bound,first_bad,ms,\
+                      tflops,gbps,seed,message,wall_ms";
 
 fn mixed_rows() -> Vec<Row> {
     let mut a = row("gpu::sheared_bias::a", "sheared_bias", Status::Pass);
@@ -157,21 +157,45 @@ fn junit_escapes_markup_in_messages() {
     let mut fail = row("gpu::score_mod::<x>", "score_mod", Status::Fail);
     fail.message = "max|out-ref| <= bound && \"t\" 'h'\nrerun: relattn exec --case a&b\u{1}".into();
     let mut skip = Row::new("id2", "gpu::fallback::y", "fallback", Status::Skip);
-    skip.message = "needs E < 1024 & \"page\" > 16".into();
+    skip.message = "needs E < 1024 & \"page\" > 16\u{FFFF}".into();
     let err = Row::new("id3", "gpu::fallback::z", "fallback", Status::Error);
     crate::common::write(tmp.path(), "sm90", "1/1", &[fail, skip, err]);
     let xml = fs::read_to_string(tmp.path().join("sm90/junit.xml")).unwrap();
-    assert!(xml.contains(
-        "message=\"max|out-ref| &lt;= bound &amp;&amp; &quot;t&quot; &apos;h&apos;&#10;rerun: \
-         relattn exec --case a&amp;b\u{FFFD}\""
-    ));
+    assert!(
+        xml.contains("message=\"max|out-ref| &lt;= bound &amp;&amp; &quot;t&quot; &apos;h&apos;"),
+        "{xml}"
+    );
+    assert!(xml.contains("relattn exec --case a&amp;b\""), "{xml}");
     assert!(xml.contains("<testcase name=\"gpu::score_mod::&lt;x&gt;\""));
-    assert!(xml.contains("<skipped message=\"needs E &lt; 1024 &amp; &quot;page&quot; &gt; 16\"/>"));
-    assert!(xml.contains("<error message=\"\" type=\"error\">"));
     assert!(xml.contains(
-        "<testsuite name=\"fallback\" tests=\"2\" failures=\"0\" errors=\"1\" skipped=\"1\""
+        "<skipped message=\"needs E &lt; 1024 &amp; &quot;page&quot; &gt; 16\u{FFFD}\"/>"
+    ));
+    assert!(xml.contains("<error type=\"error\"/>"), "{xml}");
+    assert!(xml.contains(
+        "<testsuite name=\"fallback\" tests=\"2\" skipped=\"1\" errors=\"1\" failures=\"0\""
     ));
     assert!(!xml.contains("a&b") && !xml.contains("<x>") && !xml.contains('\u{1}'));
+    assert!(!xml.contains('\u{FFFF}'));
+}
+
+#[test]
+fn junit_times_are_wall_times_and_never_negative() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut pass = row("gpu::score_mod::a", "score_mod", Status::Pass);
+    (pass.ms, pass.wall_ms) = (Some(0.25), Some(1250.0));
+    let skipped = Row::new("id2", "gpu::fallback::b", "fallback", Status::Skip);
+    crate::common::write(tmp.path(), "sm90", "1/1", &[pass, skipped]);
+    let xml = fs::read_to_string(tmp.path().join("sm90/junit.xml")).unwrap();
+    // The testcase takes the trial's wall time, not the kernel's 0.25 ms.
+    assert!(xml.contains("time=\"1.250\""), "{xml}");
+    // A suite whose trials were all skipped has time 0, not -0.
+    assert!(
+        xml.contains("<testsuite name=\"fallback\" tests=\"1\" skipped=\"1\" errors=\"0\" failures=\"0\" time=\"0.000\">"),
+        "{xml}"
+    );
+    assert!(!xml.contains("-0"), "{xml}");
+    let root = xml.lines().find(|l| l.starts_with("<testsuites")).unwrap();
+    assert!(!root.contains("skipped="), "{root}");
 }
 
 #[test]

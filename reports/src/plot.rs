@@ -1,0 +1,426 @@
+//! SVG plots of a report (plotters, SVG backend only: no fonts or system libraries; labels are
+//! SVG text the viewer renders). Every plot has one series per path.
+//!
+//! - `headroom.svg`: the distribution (cumulative) of error / bound (`max_abs / bound`) over
+//!   the judged trials of each path, with the bound at 1: how much tolerance is left;
+//! - `ratio_by_kv_len.svg`, `ratio_by_splits.svg`, `ratio_by_layer.svg`: error / bound of each
+//!   trial against the case's longest KV length, the split count it ran with, and its layer;
+//!
+//! The roofline of `relattn bench` (`crate::roofline`) is drawn with the same chart.
+//!
+//! Error ratios of 0 (exact outputs) are drawn at [`RATIO_FLOOR`]; non-finite ones are counted
+//! in the legend, not drawn.
+
+use crate::error::{io, ReportError};
+use crate::row::{Row, Status};
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The directory of an architecture report the plots go to.
+pub const PLOTS_DIR: &str = "plots";
+/// Error ratios below this are drawn at it (a log axis has no 0).
+pub const RATIO_FLOOR: f64 = 1e-4;
+
+const SIZE: (u32, u32) = (900, 560);
+
+/// Each report plot: file name, title (the link text in summary.md), and the parameter its
+/// x axis shows (none: the headroom distribution).
+pub const REPORT_PLOTS: [(&str, &str, Option<&str>); 4] = [
+    ("headroom.svg", "error / bound per path", None),
+    (
+        "ratio_by_kv_len.svg",
+        "error / bound against KV length",
+        Some("max_kv_len"),
+    ),
+    (
+        "ratio_by_splits.svg",
+        "error / bound against split count",
+        Some("num_splits_run"),
+    ),
+    (
+        "ratio_by_layer.svg",
+        "error / bound against layer",
+        Some("layer"),
+    ),
+];
+
+pub(crate) type Series = BTreeMap<String, Vec<(f64, f64)>>;
+
+/// Series colours (Tableau 10 without its red, which marks the bound).
+const COLORS: [RGBColor; 9] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+pub(crate) fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// The judged trials of one path: each row with its error ratio (at or above the floor), and
+/// how many had a non-finite one.
+#[derive(Default)]
+struct Judged<'a> {
+    points: Vec<(&'a Row, f64)>,
+    non_finite: usize,
+}
+
+/// The judged trials (a bound, not skipped) of each path.
+fn ratios(rows: &[Row]) -> BTreeMap<&str, Judged<'_>> {
+    let mut out: BTreeMap<&str, Judged<'_>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.status != Status::Skip) {
+        let Some(ratio) = r.ratio() else { continue };
+        let entry = out.entry(r.path.as_str()).or_default();
+        if ratio.is_finite() {
+            entry.points.push((r, ratio.max(RATIO_FLOOR)));
+        } else {
+            entry.non_finite += 1;
+        }
+    }
+    out
+}
+
+fn legend(path: &str, n: usize, non_finite: usize) -> String {
+    match non_finite {
+        0 => format!("{path} ({n})"),
+        k => format!("{path} ({n}, {k} non-finite)"),
+    }
+}
+
+/// A log axis covering `values` (and `also`), `room` times wider at the top and 2 times at
+/// the bottom; finite whatever the values.
+pub(crate) fn log_range(
+    values: impl Iterator<Item = f64>,
+    also: &[f64],
+    room: f64,
+) -> std::ops::Range<f64> {
+    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
+    for v in values.chain(also.iter().copied()) {
+        if v.is_finite() && v > 0.0 {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+    }
+    let (lo, hi) = (lo / 2.0, hi * room);
+    if lo.is_finite() && hi.is_finite() && lo > 0.0 && hi > lo {
+        lo..hi
+    } else {
+        0.1..10.0
+    }
+}
+
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// How a chart draws its series: lines, or points with the x tick labels given.
+pub(crate) enum Style<'a> {
+    Lines,
+    Points(&'a dyn Fn(&f64) -> String),
+}
+pub(crate) use Style::{Lines, Points};
+
+/// Draws `series` (one colour and legend entry each) on a chart with the given axes, then
+/// `extra` (bound lines, roofs, labels) and the legend.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn chart<X, Y>(
+    title: &str,
+    x: X,
+    y: Y,
+    x_desc: &str,
+    y_desc: &str,
+    series: &Series,
+    style: Style<'_>,
+    extra: impl FnOnce(
+        &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X::CoordDescType, Y::CoordDescType>>,
+    ) -> Result<(), String>,
+) -> Result<String, String>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut c = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x, y)
+            .map_err(err)?;
+        let x_label: &dyn Fn(&f64) -> String = match &style {
+            Lines => &compact,
+            Points(label) => *label,
+        };
+        c.configure_mesh()
+            .x_label_formatter(x_label)
+            .y_label_formatter(&compact)
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        for (i, (name, points)) in series.iter().enumerate() {
+            let color = color(i);
+            let drawn = if matches!(style, Lines) {
+                c.draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(err)?
+            } else {
+                c.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .map_err(err)?
+            };
+            drawn.label(name.as_str()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        }
+        extra(&mut c)?;
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// The cumulative distribution of error / bound per path.
+fn headroom(rows: &[Row]) -> Option<Result<String, String>> {
+    let by_path = ratios(rows);
+    let mut series = Series::new();
+    for (path, j) in &by_path {
+        let mut v: Vec<f64> = j.points.iter().map(|p| p.1).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let mut steps = Vec::with_capacity(2 * n);
+        for (i, x) in v.iter().enumerate() {
+            steps.push((*x, i as f64 / n as f64));
+            steps.push((*x, (i + 1) as f64 / n as f64));
+        }
+        series.insert(legend(path, n, j.non_finite), steps);
+    }
+    if series.values().all(Vec::is_empty) {
+        return None;
+    }
+    let x = log_range(series.values().flatten().map(|p| p.0), &[1.0], 2.0);
+    Some(chart(
+        "error / bound per path (cumulative; the bound is 1)",
+        x.log_scale(),
+        0.0..1.0,
+        "max_abs / bound",
+        "fraction of judged trials at or below",
+        &series,
+        Lines,
+        |c| {
+            c.draw_series(LineSeries::new(
+                [(1.0, 0.0), (1.0, 1.0)],
+                RED.stroke_width(1),
+            ))
+            .map_err(err)?;
+            Ok(())
+        },
+    ))
+}
+
+/// Error / bound of each judged trial against parameter `param` of its row: a numeric one on
+/// a log2 axis (KV lengths and split counts are mostly powers of two), `layer` as one slot per
+/// value; the paths side by side within a slot.
+fn ratio_by(rows: &[Row], title: &str, param: &str) -> Option<Result<String, String>> {
+    let by_path = ratios(rows);
+    let numeric = param != "layer";
+    let mut names: Vec<String> = by_path
+        .values()
+        .flat_map(|j| {
+            j.points
+                .iter()
+                .filter_map(|(r, _)| r.params.get(param).cloned())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    let position = |value: &str| -> Option<f64> {
+        if numeric {
+            let v = value
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)?;
+            Some(v.log2())
+        } else {
+            names.iter().position(|c| c == value).map(|i| i as f64)
+        }
+    };
+    let paths = by_path.len().max(1) as f64;
+    let mut series = Series::new();
+    for (i, (path, j)) in by_path.iter().enumerate() {
+        let offset = (i as f64 - (paths - 1.0) / 2.0) * 0.5 / paths;
+        let xy = j
+            .points
+            .iter()
+            .filter_map(|(r, ratio)| Some((position(r.params.get(param)?)? + offset, *ratio)));
+        series.insert(legend(path, j.points.len(), j.non_finite), xy.collect());
+    }
+    let xs: Vec<f64> = series.values().flatten().map(|p| p.0).collect();
+    if xs.is_empty() {
+        return None;
+    }
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min).floor() - 0.5;
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
+    let label = move |v: &f64| {
+        let k = v.round();
+        if (v - k).abs() > 1e-6 {
+            String::new()
+        } else if numeric {
+            power_of_two(k)
+        } else {
+            names.get(k as usize).cloned().unwrap_or_default()
+        }
+    };
+    // Room above the points for the legend.
+    let y = log_range(series.values().flatten().map(|p| p.1), &[1.0], 8.0);
+    let x_desc = if numeric {
+        format!("{param} (log2 axis)")
+    } else {
+        param.to_string()
+    };
+    let y_desc = format!("max_abs / bound (0 drawn at {RATIO_FLOOR:e})");
+    Some(chart(
+        title,
+        lo..hi,
+        y.log_scale(),
+        &x_desc,
+        &y_desc,
+        &series,
+        Points(&label),
+        |c| {
+            c.draw_series(LineSeries::new([(lo, 1.0), (hi, 1.0)], RED.stroke_width(1)))
+                .map_err(err)?;
+            Ok(())
+        },
+    ))
+}
+
+/// `2^k` as `512`, `4k`, `1M` (binary thousands, as KV lengths are counted).
+fn power_of_two(k: f64) -> String {
+    let v = 2f64.powf(k);
+    match v {
+        _ if v >= 1048576.0 => format!("{}M", v / 1048576.0),
+        _ if v >= 1024.0 => format!("{}k", v / 1024.0),
+        _ => format!("{v}"),
+    }
+}
+
+/// A tick label: short decimals, exponents for the very small and very large.
+pub(crate) fn compact(v: &f64) -> String {
+    let a = v.abs();
+    if *v == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e5).contains(&a) {
+        format!("{v:e}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// The report plots of `rows` that have something to show: (file name, SVG).
+pub fn report_plots(rows: &[Row]) -> Result<Vec<(&'static str, String)>, String> {
+    let mut out = Vec::new();
+    for (file, title, param) in REPORT_PLOTS {
+        let svg = match param {
+            None => headroom(rows),
+            Some(p) => ratio_by(rows, title, p),
+        };
+        if let Some(svg) = svg {
+            out.push((file, svg?));
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the report plots of `rows` to `arch_dir/plots/` (each atomically), removes the ones
+/// that have nothing to show any more, and returns the names of those written.
+pub fn write_plots(arch_dir: &Path, rows: &[Row]) -> Result<Vec<&'static str>, ReportError> {
+    let dir = arch_dir.join(PLOTS_DIR);
+    let plots = report_plots(rows).map_err(|message| ReportError::Plot {
+        path: dir.clone(),
+        message,
+    })?;
+    if !plots.is_empty() {
+        std::fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+    }
+    for (file, svg) in &plots {
+        crate::writer::write_atomic(&dir.join(file), svg.as_bytes())?;
+    }
+    remove_plots(arch_dir, |f| !plots.iter().any(|(w, _)| *w == f))?;
+    Ok(plots.iter().map(|(f, _)| *f).collect())
+}
+
+/// Removes the report plots of `arch_dir` that `stale` says are stale.
+pub(crate) fn remove_plots(
+    arch_dir: &Path,
+    stale: impl Fn(&str) -> bool,
+) -> Result<(), ReportError> {
+    for (file, _, _) in REPORT_PLOTS.iter().filter(|p| stale(p.0)) {
+        let p = arch_dir.join(PLOTS_DIR).join(file);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove", &p)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// The report plots present in `arch_dir/plots/`, in [`REPORT_PLOTS`] order.
+pub fn existing_plots(arch_dir: &Path) -> Vec<&'static str> {
+    REPORT_PLOTS
+        .iter()
+        .map(|p| p.0)
+        .filter(|f| arch_dir.join(PLOTS_DIR).join(f).is_file())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_figures_draw_without_panicking() {
+        let mut rows = Vec::new();
+        for (i, (err, bound, kv)) in [
+            (1e300, 1e-300, "inf"),
+            (f64::NAN, 1.0, "1e308"),
+            (0.0, 5e-324, "-4"),
+            (1.0, f64::INFINITY, "NaN"),
+            (1e-3, 2e-2, "512"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut r = Row::new("c", format!("t{i}"), "p<&\"'>", Status::Pass);
+            (r.max_abs, r.bound) = (Some(err), Some(bound));
+            r.params.insert("max_kv_len".into(), kv.into());
+            r.params.insert("num_splits_run".into(), kv.into());
+            r.params.insert("layer".into(), format!("<layer {i}>&"));
+            rows.push(r);
+        }
+        let plots = report_plots(&rows).unwrap();
+        assert_eq!(plots.len(), REPORT_PLOTS.len());
+        assert!(plots.iter().all(|(_, svg)| !svg.contains("<layer")));
+    }
+}
