@@ -5,7 +5,7 @@
 
 use relattn_kernels::gpu::{
     bias_stages, has_single_query_ctas, kv_map_shape, plan_launches, streams_kv, Geometry, Splits,
-    Stage, KEY_TILE, WGMMA_ARCH,
+    Stage, CTA_ROWS, KEY_TILE, WGMMA_ARCH,
 };
 use relattn_kernels::routing::PathId;
 use relattn_matrices::Case;
@@ -134,8 +134,14 @@ pub struct Coverage {
     pub cells: BTreeMap<(Entry, Feature), usize>,
 }
 
-/// The features one launch plan of a case uses.
-fn features(case: &Case, g: &Geometry, num_splits: usize, pieces: usize) -> Vec<Feature> {
+/// The features a launch of `stage` in one plan of a case uses.
+fn features(
+    case: &Case,
+    g: &Geometry,
+    stage: Stage,
+    num_splits: usize,
+    pieces: usize,
+) -> Vec<Feature> {
     let mut f = Vec::new();
     if num_splits > 1 {
         f.push(Feature::SplitKv);
@@ -149,14 +155,30 @@ fn features(case: &Case, g: &Geometry, num_splits: usize, pieces: usize) -> Vec<
     if streams_kv(g) {
         f.push(Feature::StreamedKv);
     }
-    if !has_single_query_ctas(g) && kv_map_shape(g, &g.k, WGMMA_ARCH).is_some() {
+    // Query-block CTAs (some request with more than one new token) copy K/V tiles by TMA.
+    let query_blocks = g.q_lens.iter().any(|&q| q > 1);
+    if query_blocks && kv_map_shape(g, &g.k, WGMMA_ARCH).is_some() {
         f.push(Feature::TensorCopy);
     }
-    f.push(if bias_stages(g) {
-        Feature::StagedBias
+    // The decode entry stages rel_logits whenever E allows; a query block only when its CTA's
+    // rows are all real (a request's full tile), and single-query CTAs in query launches gather.
+    let rows_per_cta = (CTA_ROWS / g.group().max(1)).max(1);
+    let (staged, gathered) = if stage == Stage::Decode {
+        (bias_stages(g), !bias_stages(g))
     } else {
-        Feature::GatheredBias
-    });
+        let full = g.q_lens.iter().any(|&q| q > 1 && q >= rows_per_cta);
+        let partial = g
+            .q_lens
+            .iter()
+            .any(|&q| q == 1 || (q > 1 && q % rows_per_cta != 0));
+        (bias_stages(g) && full, !bias_stages(g) || partial)
+    };
+    if staged {
+        f.push(Feature::StagedBias);
+    }
+    if gathered {
+        f.push(Feature::GatheredBias);
+    }
     if g.kv_lens.iter().any(|&k| k % KEY_TILE != 0) {
         f.push(Feature::PartialTile);
     }
@@ -197,8 +219,8 @@ pub fn of_cases(cases: &[Case]) -> Coverage {
             let Ok(plan) = plan_launches(path, &g, splits) else {
                 continue;
             };
-            let feats = features(case, &g, plan.num_splits, plan.decode_pieces);
             for launch in &plan.launches {
+                let feats = features(case, &g, launch.stage, plan.num_splits, plan.decode_pieces);
                 let entry = Entry {
                     path,
                     stage: launch.stage,

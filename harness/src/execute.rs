@@ -132,6 +132,23 @@ impl CaseStore {
             .clone()
     }
 
+    /// Build the case and both references ahead of its trials (a device thread prepares the
+    /// next case while the GPU runs this one). Its trials' `release` calls still drop it.
+    /// A case whose trials have all finished (another device thread ran them) is left alone.
+    pub fn prepare(&self, case: &Case) {
+        let cell = {
+            let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            match map.get(&case.id) {
+                Some((cell, _)) => cell.clone(),
+                None => return,
+            }
+        };
+        let built = cell.get_or_init(|| CaseData::cached(case, self.disk.as_ref()).map(Arc::new));
+        if let Ok(data) = built {
+            let _ = (data.ref64(), data.ref_lp());
+        }
+    }
+
     /// One trial of `case` finished; the last one drops the case's data.
     pub fn release(&self, case: &Case) {
         if self.keep {
@@ -254,7 +271,9 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
                     };
                     let result = phases::time(Phase::Gpu, || runner.run(slot, &req));
                     // The references first, so the judge's time is the judge's alone.
-                    let _ = (data.ref64(), data.ref_lp());
+                    if result.is_ok() {
+                        let _ = (data.ref64(), data.ref_lp());
+                    }
                     phases::time(Phase::Judge, || {
                         record_run(&mut row, case, &data, target, result)
                     });

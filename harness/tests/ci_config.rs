@@ -48,5 +48,12 @@ fn the_cpu_job_runs_nextest_with_that_profile_or_falls_back_to_cargo_test() {
         at("cargo test --workspace"),
     );
     assert!(probe < nextest && nextest < fallback, "{text}");
+    // GPU runs leave the reference self-checks to this job, on the GPU tiers too.
+    let self_checks = at("--paths none --self-checks");
+    assert!(fallback < self_checks, "{text}");
+    assert!(
+        text.contains("run --matrix ci --paths none --self-checks"),
+        "{text}"
+    );
     assert!(text.contains("target/nextest/ci/junit.xml"), "{text}");
 }

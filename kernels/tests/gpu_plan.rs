@@ -185,6 +185,55 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
         }
         assert!(!m.exposed_by().is_empty());
     }
+    // Where a defect sits in shared code, the paths whose kernels run that code, as read from the
+    // call sites: an independent statement of `paths()` for those defects.
+    let all = PathId::ALL.to_vec();
+    let expected: Vec<(Mutant, Vec<PathId>)> = vec![
+        (Mutant::SoftmaxReset, all.clone()),
+        (Mutant::RescaleClamped, all.clone()),
+        (Mutant::WritesPaddingRows, all.clone()),
+        (Mutant::PositionWithoutPrefix, all.clone()),
+        (Mutant::BlockTableRowZero, all.clone()),
+        (Mutant::UnmaskedKeysLoaded, all.clone()),
+        (Mutant::BiasTimesScale, all.clone()),
+        (Mutant::EmptySplitPublished, vec![PathId::ShearedBias]),
+        (
+            Mutant::Fp16NegInfBits,
+            vec![PathId::ScoreMod, PathId::Fallback],
+        ),
+        (
+            Mutant::CombineClamped,
+            vec![PathId::ShearedBias, PathId::Fallback],
+        ),
+    ];
+    for (m, paths) in &expected {
+        let mut got = m.paths().to_vec();
+        got.sort();
+        let mut want = paths.clone();
+        want.sort();
+        assert_eq!(got, want, "{m}");
+    }
+    // Only sheared_bias calls the shared combine_row (its empty-split defect's home); only the
+    // paths whose rows read rel_logits stage it (rel_cell, the fp16 -inf defect's reader).
+    let common = gpu::SHARED
+        .iter()
+        .map(|(_, t)| *t)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(common.contains("MUTANT(12)") && common.contains("MUTANT(14)"));
+    for path in PathId::ALL {
+        let own = own_file(path).1;
+        assert_eq!(
+            own.contains("combine_row<T>("),
+            path == PathId::ShearedBias,
+            "{path}"
+        );
+        assert_eq!(
+            own.contains("REL_ROWS = true"),
+            path != PathId::ShearedBias,
+            "{path}"
+        );
+    }
     // The combines: sheared_bias's lives in the shared combine_row, fallback's in its own merge.
     for m in [Mutant::CombineNoRescale, Mutant::CombineClamped] {
         let (_, fallback) = own_file(PathId::Fallback);

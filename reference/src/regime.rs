@@ -13,7 +13,7 @@
 //! | `peaked` | per (row, head), three adjacent keys around a tile boundary (a multiple of 64) get a bias spike of 10 to 14 | split/piece/tile LSE weighting, combine rescale, online-softmax rescale |
 //! | `sink` | the first 4 keys of every request get keys 8x as long, aligned with a direction every query of their KV head leans to | attention-sink heads: weight on keys far from the query, in the first split |
 //! | `diagonal` | a bias spike of 8 at d = 0, 1, 2 | weight on the newest keys, the last tile/split |
-//! | `large_logits` | q and k 16x as long, the bias 8192x (up to about 37,000, near fp16's 65,504) | overflow, a missing or wrong max subtraction, fp16 score arithmetic |
+//! | `large_logits` | q and k 16x as long, the bias 8192x (capped at 60,000, below fp16's 65,504) | overflow, a missing or wrong max subtraction, fp16 score arithmetic |
 //!
 //! A regime changes values only (no shape): draws come from their own ChaCha stream, so the
 //! `rms1` draws of a spec are the same under every regime, and slots no request may read (NaN
@@ -209,6 +209,9 @@ fn peaked(t: &mut Tensors<'_>, rng: &mut ChaCha8Rng) {
 fn sink(t: &mut Tensors<'_>, rng: &mut ChaCha8Rng) {
     let (d, hkv) = (t.head_dim, t.num_kv_heads);
     let heads = t.q.shape()[1];
+    if hkv == 0 || !heads.is_multiple_of(hkv) {
+        return; // not a GQA layout: `Problem::new` refuses the case
+    }
     let group = heads / hkv.max(1);
     // One unit direction per KV head.
     let dirs: Vec<Vec<f64>> = (0..hkv)

@@ -132,3 +132,14 @@ fn regime_names_round_trip() {
     let e = "flat".parse::<Inputs>().unwrap_err();
     assert!(e.contains("rms1") && e.contains("large_logits"), "{e}");
 }
+
+#[test]
+fn a_spec_the_problem_refuses_is_refused_under_every_regime_without_a_panic() {
+    for inputs in Inputs::ALL {
+        let spec = GenSpec {
+            inputs,
+            ..GenSpec::global(6, 4, vec![(1, 10)], 1)
+        };
+        assert!(generate(&spec).is_err(), "{inputs:?}");
+    }
+}

@@ -63,11 +63,18 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
     }
     if let Some(serde_json::Value::Object(phases)) = env.extra.get("phases") {
         let secs = |k: &str| phases.get(k).and_then(|v| v.as_f64());
-        let busy: Vec<String> = phases
-            .iter()
-            .filter(|(k, _)| k.as_str() != "wall_s")
-            .filter_map(|(k, v)| Some(format!("{} {:.1} s", k.trim_end_matches("_s"), v.as_f64()?)))
-            .collect();
+        // In the order the work happens (the map itself is sorted by name).
+        let busy: Vec<String> = [
+            "generate",
+            "reference",
+            "compile",
+            "gpu",
+            "judge",
+            "self_checks",
+        ]
+        .iter()
+        .filter_map(|k| Some(format!("{k} {:.1} s", secs(&format!("{k}_s"))?)))
+        .collect();
         if let Some(wall) = secs("wall_s") {
             let _ = writeln!(
                 s,

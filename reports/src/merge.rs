@@ -197,6 +197,8 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
     if parts.len() < 2 {
         return env;
     }
+    // One shard's time split is not the merged run's.
+    env.extra.remove("phases");
     let mut shards = Vec::new();
     let mut revisions = Vec::new();
     let mut gpus = Vec::new();

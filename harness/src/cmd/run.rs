@@ -154,7 +154,7 @@ pub fn run_with(
     let _lock = crate::run_lock::RunLock::acquire(&args.out).map_err(exit::usage)?;
     let run_started = Instant::now();
     let tally = Arc::new(Mutex::new(Tally {
-        phase: "compile",
+        phase: "setup (matrix, devices, kernels, workers)",
         ..Tally::default()
     }));
     let _ticker = Ticker::start(tally.clone());
@@ -368,17 +368,30 @@ fn execute_all(
                 let (queue, tx, store, matrix) =
                     (queue.clone(), tx.clone(), store.clone(), matrix.clone());
                 scope.spawn(move || loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let (next, after) = {
+                        let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                        let next = q.pop_front();
+                        let after = q.front().and_then(|g| g.first()).and_then(Trial::case);
+                        (next, after.cloned())
+                    };
                     let Some(group) = next.filter(|_| !stopping()) else {
                         break;
                     };
                     let runners = Runners::native(Some((exec, slot)));
-                    for t in &group {
-                        if stopping() {
-                            break;
+                    // The next case is generated and its references computed on the CPU while
+                    // the GPU runs this one (one case ahead, so memory stays bounded).
+                    std::thread::scope(|ahead| {
+                        if let Some(case) = &after {
+                            let store = &store;
+                            ahead.spawn(move || store.prepare(case));
                         }
-                        let _ = tx.send(run_trial(t, &store, &runners, &matrix));
-                    }
+                        for t in &group {
+                            if stopping() {
+                                break;
+                            }
+                            let _ = tx.send(run_trial(t, &store, &runners, &matrix));
+                        }
+                    });
                 });
             }
         }
@@ -461,7 +474,7 @@ fn environment(session: &Session, args: &Args) -> Environment {
 const IDENTITY_KEY: &str = "run_identity";
 
 /// What `--resume` compares: the matrix, shard, case filter, paths, bounds checks, devices,
-/// workers and relattn's build.
+/// workers, self-checks and relattn's build.
 fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
     serde_json::json!({
         "matrix": session.gpu_matrix,
@@ -472,6 +485,7 @@ fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
         "devices": args.devices,
         "impls": args.impls,
         "workers": args.workers,
+        "self_checks": args.self_checks,
         "build": crate::provenance::relattn_build(),
     })
 }
@@ -679,5 +693,37 @@ mod tests {
         let none = MockSource::new(Vec::new());
         assert!(self_checks(&none, &IdleFactory, None) > 100);
         assert!(self_checks(&h200, &CountingFactory::default(), None) > 100);
+    }
+
+    #[test]
+    fn device_threads_prepare_the_next_case_and_every_trial_gets_one_row() {
+        // A mocked H200 whose runner answers every trial with an error: the device thread runs
+        // case after case, preparing the next one on the side, and each trial ends in one row.
+        let dir = tempfile::tempdir().unwrap();
+        let h200 = MockSource::single("NVIDIA H200", Capability::new(9, 0));
+        let err = run_with(args(dir.path()), &h200, true, &IdleFactory).unwrap_err();
+        assert_eq!(exit::code_of(&err), exit::Code::Failed, "{err}");
+        let text = std::fs::read_to_string(dir.path().join("sm90/results.jsonl")).unwrap();
+        let names: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["trial"].to_string())
+            .collect();
+        let unique: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "a trial twice");
+        let gpu = text.lines().filter(|l| l.contains("\"gpu::")).count();
+        assert!(gpu > 100, "{gpu} GPU rows");
+        assert!(text.contains("idle"));
+        // No self-checks on a GPU run, and the time split says where the rest went.
+        assert!(!text.contains("\"reference::"));
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("sm90/summary.json")).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            summary["environment"]["extra"]["phases"]["reference_s"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
     }
 }

@@ -244,16 +244,16 @@ pub fn has_single_query_ctas(g: &Geometry) -> bool {
     g.dtype != DType::F32 && g.group() <= 16 && g.q_lens.contains(&1)
 }
 
-/// Whether the attention CTAs of this problem are all single-query streaming CTAs (a decode-only
-/// batch with G <= 16, bf16 or fp16), the launches whose ring may grow past the minimum.
-/// Whether the kernels stage rel_logits in shared memory rather than gather it per cell: E a
+/// Whether the kernels may stage rel_logits in shared memory rather than gather it per cell: E a
 /// multiple of 8 (rel_logits is allocated 16-byte aligned); mirrors the uniform part of
-/// `decode_bias_staged` and `RelStage::on` in attention.cuh (which also want the CTA's rows all
-/// real).
+/// `decode_bias_staged` and `RelStage::on` in attention.cuh (query blocks also want the CTA's
+/// rows all real).
 pub fn bias_stages(g: &Geometry) -> bool {
     g.rel_extent > 0 && g.rel_extent.is_multiple_of(8)
 }
 
+/// Whether the attention CTAs of this problem are all single-query streaming CTAs (a decode-only
+/// batch with G <= 16, bf16 or fp16), the launches whose ring may grow past the minimum.
 pub fn streams_kv(g: &Geometry) -> bool {
     g.decode_only() && has_single_query_ctas(g)
 }

@@ -179,13 +179,13 @@ impl Mutant {
             Mutant::EmptySplitPublished => "more splits than KV tiles",
             Mutant::WritesPaddingRows => "a last request whose rows do not fill its tile, with padding rows or the bounds check",
             Mutant::Fp16NegInfBits => "fp16 with staged bias on masked tiles (local layers, decode rows)",
-            Mutant::GroupFixedEight => "GQA groups other than 8",
-            Mutant::BiasOfKvHead => "more than one query head per KV head, or several KV heads",
+            Mutant::GroupFixedEight => "GQA groups other than 8 with more than one KV head",
+            Mutant::BiasOfKvHead => "more than one query head per KV head (G > 1)",
             Mutant::PositionWithoutPrefix => "chunked prefill or decode (P > 0)",
             Mutant::BlockTableRowZero => "two or more requests with their own pages",
             Mutant::UnmaskedKeysLoaded => "a tile straddling the window start or the last key, over poisoned slots",
             Mutant::PiecesNoRescale => "split decode whose splits are cut into pieces with different LSEs",
-            Mutant::BiasTimesScale => "any case with a bias on a tile within E",
+            Mutant::BiasTimesScale => "query blocks (q_len > 1) with a bias on a tile within E",
         }
     }
 }
