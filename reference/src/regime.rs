@@ -144,66 +144,68 @@ fn rows(requests: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// The largest distance a bias entry reaches for the query at position `pos`.
-fn max_bias_distance(t: &Tensors<'_>, pos: usize) -> Option<usize> {
-    let mut d = pos.min(t.rel_extent.checked_sub(1)?);
-    if t.window_left >= 0 {
-        d = d.min(t.window_left as usize);
+/// Calls `f(packed row, position, reach)` for every real row, `reach` the largest distance its
+/// bias entries cover (within the extent and the window). Nothing with an empty extent.
+fn each_row(t: &Tensors<'_>, mut f: impl FnMut(usize, usize, usize)) {
+    let Some(last) = t.rel_extent.checked_sub(1) else {
+        return;
+    };
+    for (start, lq, prefix) in rows(t.requests) {
+        for i in 0..lq {
+            let pos = prefix + i;
+            let mut reach = pos.min(last);
+            if t.window_left >= 0 {
+                reach = reach.min(t.window_left as usize);
+            }
+            f(start + i, pos, reach);
+        }
     }
-    Some(d)
 }
 
 /// Adds `spikes(pos)` (distance, height) to the bias of every real row and head, where the
 /// distance is visible and within the extent.
 fn spikes(t: &mut Tensors<'_>, spikes: &dyn Fn(usize) -> Vec<(usize, f32)>) {
     let heads = t.q.shape()[1];
-    for (start, lq, prefix) in rows(t.requests) {
-        for i in 0..lq {
-            let pos = prefix + i;
-            let Some(reach) = max_bias_distance(t, pos) else {
-                return;
-            };
-            for (d, height) in spikes(pos) {
-                if d <= reach {
-                    for h in 0..heads {
-                        let x = &mut t.rel_logits[[start + i, h, d]];
-                        *x = t.dtype.round(*x + height);
-                    }
-                }
+    let mut cells = Vec::new();
+    each_row(t, |row, pos, reach| {
+        for (d, height) in spikes(pos) {
+            if d <= reach {
+                cells.extend((0..heads).map(|h| ([row, h, d], height)));
             }
         }
+    });
+    add(t, &cells);
+}
+
+/// Adds each height to its rel_logits cell, rounded to the dtype.
+fn add(t: &mut Tensors<'_>, cells: &[([usize; 3], f32)]) {
+    for &(at, height) in cells {
+        let x = &mut t.rel_logits[at];
+        *x = t.dtype.round(*x + height);
     }
 }
 
 fn peaked(t: &mut Tensors<'_>, rng: &mut ChaCha8Rng) {
     let heads = t.q.shape()[1];
-    for (start, lq, prefix) in rows(t.requests) {
-        for i in 0..lq {
-            let pos = prefix + i;
-            let Some(reach) = max_bias_distance(t, pos) else {
-                return;
+    let mut cells = Vec::new();
+    each_row(t, |row, pos, reach| {
+        let lowest = pos - reach;
+        for h in 0..heads {
+            // A tile boundary among the keys the bias reaches, else any such key.
+            let first_boundary = lowest.div_ceil(PEAK_TILE).max(1) * PEAK_TILE;
+            let centre = if first_boundary <= pos {
+                let n = (pos - first_boundary) / PEAK_TILE + 1;
+                first_boundary + PEAK_TILE * rng.random_range(0..n)
+            } else {
+                rng.random_range(lowest..=pos)
             };
-            let lowest = pos - reach;
-            for h in 0..heads {
-                // A tile boundary among the keys the bias reaches, else any such key.
-                let first_boundary = lowest.div_ceil(PEAK_TILE).max(1) * PEAK_TILE;
-                let centre = if first_boundary <= pos {
-                    let n = (pos - first_boundary) / PEAK_TILE + 1;
-                    first_boundary + PEAK_TILE * rng.random_range(0..n)
-                } else {
-                    rng.random_range(lowest..=pos)
-                };
-                let height = (PEAK_LOW + PEAK_SPREAD * rng.random::<f64>()) as f32;
-                for key in centre.saturating_sub(1)..=(centre + 1).min(pos) {
-                    if key < lowest {
-                        continue;
-                    }
-                    let x = &mut t.rel_logits[[start + i, h, pos - key]];
-                    *x = t.dtype.round(*x + height);
-                }
+            let height = (PEAK_LOW + PEAK_SPREAD * rng.random::<f64>()) as f32;
+            for key in centre.saturating_sub(1).max(lowest)..=(centre + 1).min(pos) {
+                cells.push(([row, h, pos - key], height));
             }
         }
-    }
+    });
+    add(t, &cells);
 }
 
 fn sink(t: &mut Tensors<'_>, rng: &mut ChaCha8Rng) {
