@@ -132,6 +132,9 @@ pub struct Entry {
 #[derive(Debug, Default)]
 pub struct Coverage {
     pub cells: BTreeMap<(Entry, Feature), usize>,
+    /// Runnable trials `plan_launches` refused, as `trial: reason` (none in a healthy tier:
+    /// the exclusion rules keep such trials out).
+    pub unplanned: Vec<String>,
 }
 
 /// The features a launch of `stage` in one plan of a case uses.
@@ -206,8 +209,12 @@ fn features(
 pub fn of_cases(cases: &[Case]) -> Coverage {
     let mut cov = Coverage::default();
     for case in cases {
-        let Ok(g) = Geometry::of_spec(&case.spec) else {
-            continue;
+        let g = match Geometry::of_spec(&case.spec) {
+            Ok(g) => g,
+            Err(e) => {
+                cov.unplanned.push(format!("case {}: {e}", case.id));
+                continue;
+            }
         };
         let mut seen = std::collections::BTreeSet::new();
         for trial in case.trials().into_iter().filter(|t| t.skip.is_none()) {
@@ -216,8 +223,12 @@ pub fn of_cases(cases: &[Case]) -> Coverage {
             };
             let splits =
                 crate::runner::forced_splits(trial.split).map_or(Splits::Policy, Splits::Forced);
-            let Ok(plan) = plan_launches(path, &g, splits) else {
-                continue;
+            let plan = match plan_launches(path, &g, splits) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    cov.unplanned.push(format!("{}: {e}", trial.name));
+                    continue;
+                }
             };
             for launch in &plan.launches {
                 let feats = features(case, &g, launch.stage, plan.num_splits, plan.decode_pieces);
@@ -327,6 +338,6 @@ impl Coverage {
                 })
             })
             .collect();
-        serde_json::json!({ "rows": rows, "gaps": gaps })
+        serde_json::json!({ "rows": rows, "gaps": gaps, "unplanned": self.unplanned })
     }
 }

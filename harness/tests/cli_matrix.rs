@@ -95,6 +95,7 @@ fn ci_reaches_every_supported_entry_and_feature() {
     let out = relattn(&["matrix", "--coverage", "ci", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["gaps"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(v["unplanned"].as_array().map(Vec::len), Some(0), "{v}");
     assert_eq!(v["rows"].as_array().map(Vec::len), Some(16), "{v}");
     assert!(v["rows"][0]["cases"]["peaked"].as_u64().unwrap() > 0, "{v}");
 }

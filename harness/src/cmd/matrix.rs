@@ -55,6 +55,9 @@ fn coverage(matrix: &str, json: bool) -> Result<()> {
             m.name,
             x.cases.len()
         );
+        for u in &cov.unplanned {
+            let _ = writeln!(t, "not planned: {u}");
+        }
         for (e, f) in &gaps {
             let _ = writeln!(
                 t,
