@@ -7,8 +7,8 @@ use crate::runner::{forced_splits, RunError, RunOutput, RunRequest, Runner, Targ
 use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
-    compile, compile_arch, compile_check, nvrtc_version, CheckRecord, CompilePlan, Compiled,
-    DeviceProblem, Gpu, GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+    compile, compile_arch, compile_check, nvrtc_version, CompilePlan, Compiled, DeviceProblem, Gpu,
+    GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reports::{CompileCheck, Environment};
@@ -20,12 +20,28 @@ pub fn libraries_present() -> bool {
     Gpu::available()
 }
 
-/// Builds the real executor. `mutant` plants a defect in every program (for `relattn mutants`);
-/// `compile_checks` adds the compile-only check over every supported architecture.
+/// Builds the real executor. `mutant` plants a defect in every program (for `relattn mutants`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealFactory {
     pub mutant: Option<Mutant>,
-    pub compile_checks: bool,
+}
+
+/// The compile-only check of every program, both builds, for every supported architecture
+/// (parallel; NVRTC's output cached on disk like every compile): `relattn compile-check`, and
+/// `relattn run` after its trials. Err when NVRTC cannot be loaded.
+pub fn compile_checks() -> Result<Vec<CompileCheck>, GpuError> {
+    let records = crate::phases::time(crate::phases::Phase::Compile, || {
+        compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED])
+    })?;
+    Ok(records
+        .into_iter()
+        .map(|c| CompileCheck {
+            arch: c.arch,
+            program: format!("{} ({})", c.program, c.variant),
+            ok: c.ok,
+            message: c.message,
+        })
+        .collect())
 }
 
 impl ExecutorFactory for RealFactory {
@@ -55,12 +71,6 @@ impl ExecutorFactory for RealFactory {
             let plan = CompilePlan::new(&arch, variant, paths).map_err(|e| e.to_string())?;
             compiled.insert(checked, compile(&plan).map_err(|e| format!("{e}"))?);
         }
-        let checks = if self.compile_checks {
-            compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED])
-                .map_err(|e| e.to_string())?
-        } else {
-            Vec::new()
-        };
         let mut workers = Vec::new();
         for d in devices {
             let gpu = Gpu::open(d.index as usize).map_err(|e| e.to_string())?;
@@ -78,7 +88,6 @@ impl ExecutorFactory for RealFactory {
         Ok(Box::new(RealExecutor {
             workers,
             compiled,
-            checks,
             cuda_version: driver,
             nvrtc: nvrtc_version().ok().map(|(a, b)| format!("{a}.{b}")),
         }))
@@ -114,7 +123,6 @@ impl Worker {
 struct RealExecutor {
     workers: Vec<Mutex<Worker>>,
     compiled: HashMap<bool, Compiled>,
-    checks: Vec<CheckRecord>,
     cuda_version: Option<String>,
     nvrtc: Option<String>,
 }
@@ -161,16 +169,6 @@ impl Runner for RealExecutor {
     fn describe(&self, env: &mut Environment) {
         env.cuda_version = self.cuda_version.clone();
         env.nvrtc_version = self.nvrtc.clone();
-        env.compile_checks = self
-            .checks
-            .iter()
-            .map(|c| CompileCheck {
-                arch: c.arch.clone(),
-                program: format!("{} ({})", c.program, c.variant),
-                ok: c.ok,
-                message: c.message.clone(),
-            })
-            .collect();
     }
 }
 

@@ -48,6 +48,8 @@ enum Command {
     Mutants(cmd::mutants::Args),
     /// Time every GPU path on the benchmark shapes.
     Bench(cmd::bench::Args),
+    /// Compile every program for every supported architecture with NVRTC (no GPU needed).
+    CompileCheck(cmd::compile_check::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,7 +72,11 @@ fn main() -> ExitCode {
     // A malformed build-target override is a usage error for every command that compiles.
     let compiles = matches!(
         cli.command,
-        Command::Run(_) | Command::Exec(_) | Command::Mutants(_) | Command::Bench(_)
+        Command::Run(_)
+            | Command::Exec(_)
+            | Command::Mutants(_)
+            | Command::Bench(_)
+            | Command::CompileCheck(_)
     );
     if let (true, Ok(arch)) = (compiles, std::env::var(gpu::ARCH_ENV)) {
         if let Err(e) = gpu::check_arch(&arch) {
@@ -91,6 +97,7 @@ fn main() -> ExitCode {
         Command::Exec(a) => cmd::exec::run(a),
         Command::Mutants(a) => cmd::mutants::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::CompileCheck(a) => cmd::compile_check::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

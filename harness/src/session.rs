@@ -104,10 +104,7 @@ impl Session {
             opts,
             &NvmlSource::new(),
             libs,
-            &crate::gpu_exec::RealFactory {
-                mutant: None,
-                compile_checks: false,
-            },
+            &crate::gpu_exec::RealFactory { mutant: None },
         )
     }
 

@@ -151,3 +151,17 @@ fn case_takes_the_id_with_its_prefix() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("`c{bare}`")), "{stderr}");
 }
+
+#[test]
+fn compile_check_without_nvrtc_exits_3_with_one_message() {
+    if relattn_kernels::gpu::nvrtc_available() {
+        eprintln!("NVRTC is present: this test is about machines without it");
+        return;
+    }
+    let out = relattn(&["compile-check"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("NVRTC cannot be loaded"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

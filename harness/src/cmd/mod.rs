@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_reference;
+pub mod compile_check;
 pub mod devices;
 pub mod exec;
 pub mod gen;

@@ -73,7 +73,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             let factory = RealFactory {
                 mutant: Some(mutant),
-                compile_checks: false,
             };
             let session = Session::open_with(&opts, &NvmlSource::new(), Gpu::available(), &factory)
                 .map_err(|e| exit::usage(format!("{e:#}")))?;

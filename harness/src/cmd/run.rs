@@ -108,13 +108,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     run_with(args, &NvmlSource::new(), libs, &factory)
 }
 
-/// The executor factory of `run`: the production build, with the compile checks unless
-/// `--no-compile-checks`.
-fn factory(args: &Args) -> crate::gpu_exec::RealFactory {
-    crate::gpu_exec::RealFactory {
-        mutant: None,
-        compile_checks: !args.no_compile_checks,
-    }
+/// The executor factory of `run`: the production build.
+fn factory(_args: &Args) -> crate::gpu_exec::RealFactory {
+    crate::gpu_exec::RealFactory { mutant: None }
+}
+
+/// Whether `run` ends with the compile-only check of every program for every architecture: on
+/// a run with native GPU trials, unless `--no-compile-checks`.
+fn wants_compile_checks(args: &Args, native_gpu: bool) -> bool {
+    native_gpu && !args.no_compile_checks
 }
 
 /// `run` with the capability source and executor factory given: a rejected device stops here
@@ -286,6 +288,21 @@ pub fn run_with(
         return Err(e.into());
     }
     bar.finish_and_clear();
+    // The compile-only checks of the other architectures come after the trials, so the device
+    // is busy first; their result counts like a failing trial.
+    if !stopping() && wants_compile_checks(&args, session.executor_ref().is_some()) {
+        tally.lock().unwrap_or_else(|e| e.into_inner()).phase = "compile checks";
+        let checks = match crate::gpu_exec::compile_checks() {
+            Ok(checks) => checks,
+            Err(e) => vec![relattn_reports::CompileCheck {
+                arch: "all".into(),
+                program: "every program".into(),
+                ok: false,
+                message: e.to_string(),
+            }],
+        };
+        writer.environment_mut().compile_checks = checks;
+    }
     let split = crate::phases::split(run_started.elapsed().as_secs_f64());
     writer
         .environment_mut()
@@ -587,13 +604,17 @@ mod tests {
     }
 
     #[test]
-    fn compile_checks_run_unless_left_out() {
+    fn compile_checks_run_after_gpu_trials_unless_left_out() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = args(dir.path());
-        assert!(factory(&a).compile_checks);
         assert!(factory(&a).mutant.is_none());
+        assert!(wants_compile_checks(&a, true));
+        assert!(
+            !wants_compile_checks(&a, false),
+            "a CPU run compiles nothing"
+        );
         a.no_compile_checks = true;
-        assert!(!factory(&a).compile_checks);
+        assert!(!wants_compile_checks(&a, true));
     }
 
     #[test]
@@ -701,7 +722,9 @@ mod tests {
         // case after case, preparing the next one on the side, and each trial ends in one row.
         let dir = tempfile::tempdir().unwrap();
         let h200 = MockSource::single("NVIDIA H200", Capability::new(9, 0));
-        let err = run_with(args(dir.path()), &h200, true, &IdleFactory).unwrap_err();
+        let mut a = args(dir.path());
+        a.no_compile_checks = true;
+        let err = run_with(a, &h200, true, &IdleFactory).unwrap_err();
         assert_eq!(exit::code_of(&err), exit::Code::Failed, "{err}");
         let text = std::fs::read_to_string(dir.path().join("sm90/results.jsonl")).unwrap();
         let names: Vec<String> = text
