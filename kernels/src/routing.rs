@@ -11,7 +11,7 @@ mod table;
 pub use ids::{Capability, PathId};
 pub use policy::{
     bucket_max_seqlen_q, decode_split_count, decode_split_ranges, num_splits, use_split_kv_decode,
-    SplitRange,
+    visible_len, SplitRange,
 };
 pub use table::{
     check_path, lookup, path_spec, route, table, ArchRow, Outcome, PathSpec, Rejected,

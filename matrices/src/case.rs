@@ -6,7 +6,7 @@ use crate::split::SplitSetting;
 use crate::tolerance::Tolerance;
 use crate::PATHS;
 use relattn_reference::limits::LimitError;
-use relattn_reference::{BiasMode, GenSpec, Inputs, PageMode};
+use relattn_reference::{BiasMode, GenSpec, Inputs, PageMode, Window};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ impl Case {
     }
 
     pub fn is_local(&self) -> bool {
-        self.spec.window_left >= 0
+        Window::from_left(self.spec.window_left).is_local()
     }
 
     pub fn batch(&self) -> usize {
@@ -94,17 +94,13 @@ impl Case {
 
     /// Visible (query, key) pairs over all real rows, per head (causal, window on local layers).
     pub fn visible_pairs(&self) -> u64 {
-        let window = self.spec.window_left;
+        let window = Window::from_left(self.spec.window_left);
         let mut pairs = 0u64;
         for &(q_len, kv_len) in &self.spec.requests {
-            let prefix = kv_len.saturating_sub(q_len) as u64;
-            for i in 0..q_len as u64 {
+            let prefix = kv_len.saturating_sub(q_len);
+            for i in 0..q_len {
                 let last = prefix + i;
-                pairs += if window >= 0 {
-                    last.min(window as u64) + 1
-                } else {
-                    last + 1
-                };
+                pairs += (last - window.first_visible(last) + 1) as u64;
             }
         }
         pairs

@@ -1,6 +1,7 @@
 //! Layer kinds: global (no window) or local (window `window_left`), each with its extent `E`.
 
 use relattn_reference::limits::Dim;
+use relattn_reference::Window;
 use std::fmt;
 use std::str::FromStr;
 
@@ -29,12 +30,18 @@ impl Layer {
     }
 
     pub fn is_local(&self) -> bool {
-        self.window_left >= 0
+        self.window().is_local()
+    }
+
+    pub fn window(&self) -> Window {
+        Window::from_left(self.window_left)
     }
 
     /// Keys a query can see at most (`None`: unbounded, global layer).
     pub fn span(&self) -> Option<usize> {
-        (self.window_left >= 0).then(|| self.window_left as usize + 1)
+        self.window()
+            .span()
+            .map(|s| usize::try_from(s).unwrap_or(usize::MAX))
     }
 }
 

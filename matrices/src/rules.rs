@@ -65,9 +65,11 @@ impl Rule {
             Requirement::ExtentMultipleOf(n) => {
                 (!s.rel_extent.is_multiple_of(*n)).then(|| format!("E = {}", s.rel_extent))
             }
-            Requirement::LocalWindowIsExtentMinusOne => (s.window_left >= 0
-                && !relattn_reference::window_spans_extent(s.window_left, s.rel_extent))
-            .then(|| format!("window_left = {}, E = {}", s.window_left, s.rel_extent)),
+            Requirement::LocalWindowIsExtentMinusOne => {
+                (relattn_reference::Window::from_left(s.window_left).is_local()
+                    && !relattn_reference::window_spans_extent(s.window_left, s.rel_extent))
+                .then(|| format!("window_left = {}, E = {}", s.window_left, s.rel_extent))
+            }
             Requirement::DTypes(list) => {
                 (!list.contains(&s.dtype)).then(|| format!("dtype {}", s.dtype))
             }

@@ -4,6 +4,7 @@ use crate::dtype::DType;
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError};
 use crate::regime::{self, Inputs};
+use crate::window::Window;
 use ndarray::{Array2, Array3};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -250,11 +251,7 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
     let mut row_start = 0usize;
     for (b, &(lq, lk)) in spec.requests.iter().enumerate() {
         if lq > 0 {
-            let first = if spec.window_left >= 0 {
-                (lk - lq).saturating_sub(spec.window_left as usize)
-            } else {
-                0
-            };
+            let first = Window::from_left(spec.window_left).first_visible(lk - lq);
             for j in first..lk {
                 let block = block_table[[b, j / page]] as usize;
                 readable[block * page + j % page] = true;

@@ -21,6 +21,7 @@ pub mod progress;
 pub mod regime;
 pub mod sample;
 pub mod transform;
+pub mod window;
 
 pub use dtype::DType;
 pub use gen::{BiasMode, GenSpec, PageMode};
@@ -29,3 +30,4 @@ pub use problem::{
     window_spans_extent, CacheLayout, KvView, Problem, ProblemData, ProblemError, Request,
 };
 pub use regime::Inputs;
+pub use window::Window;

@@ -1,6 +1,7 @@
 //! `Problem`: the operator's inputs (SPEC section 2), validated once.
 
 use crate::dtype::DType;
+use crate::window::Window;
 use ndarray::{Array2, Array3};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -151,7 +152,7 @@ pub struct ProblemData {
 /// Whether a window is the model's local one for extent `rel_extent`: `window_left + 1 == E`, so
 /// every visible key carries a bias (false for `window_left = -1`, and no window overflows).
 pub fn window_spans_extent(window_left: i64, rel_extent: usize) -> bool {
-    window_left >= 0 && i128::from(window_left) + 1 == rel_extent as i128
+    Window::from_left(window_left).span() == Some(rel_extent as u64)
 }
 
 /// One request of the packed batch.
@@ -318,11 +319,7 @@ impl Problem {
     /// `d = (P + i) - j <= window_left`.
     pub fn visible_keys(&self, r: &Request, i: usize) -> (usize, usize) {
         let last = r.prefix() + i;
-        let first = if self.window_left >= 0 {
-            last.saturating_sub(self.window_left as usize)
-        } else {
-            0
-        };
+        let first = Window::from_left(self.window_left).first_visible(last);
         (first, last)
     }
 
@@ -478,11 +475,8 @@ fn validate(p: &ProblemData) -> Result<(), ProblemError> {
         if q_len == 0 {
             continue; // a no-op request reads nothing
         }
-        let first_needed = if p.window_left >= 0 {
-            ((kv_len - q_len) as i64 - p.window_left).max(0) as usize / p.page_size
-        } else {
-            0
-        };
+        let first_needed =
+            Window::from_left(p.window_left).first_visible((kv_len - q_len) as usize) / p.page_size;
         let needed = (kv_len as usize).div_ceil(p.page_size);
         if needed > max_pages {
             return Err(ProblemError::BlockTableShort {

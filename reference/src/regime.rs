@@ -20,6 +20,7 @@
 //! poison) stay as they are.
 
 use crate::dtype::DType;
+use crate::window::Window;
 use ndarray::{Array2, Array3};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -153,10 +154,8 @@ fn each_row(t: &Tensors<'_>, mut f: impl FnMut(usize, usize, usize)) {
     for (start, lq, prefix) in rows(t.requests) {
         for i in 0..lq {
             let pos = prefix + i;
-            let mut reach = pos.min(last);
-            if t.window_left >= 0 {
-                reach = reach.min(t.window_left as usize);
-            }
+            let window = Window::from_left(t.window_left);
+            let reach = (pos - window.first_visible(pos)).min(last);
             f(start + i, pos, reach);
         }
     }

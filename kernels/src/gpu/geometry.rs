@@ -106,7 +106,7 @@ impl Geometry {
     }
 
     pub fn is_local(&self) -> bool {
-        self.window_left >= 0
+        relattn_reference::Window::from_left(self.window_left).is_local()
     }
 
     /// Every request has at most one new token.

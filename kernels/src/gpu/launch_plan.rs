@@ -145,18 +145,10 @@ pub fn decode_split_keys(
     splits: usize,
     s: usize,
 ) -> Option<Range<usize>> {
-    let eff = decode_eff(kv_len, window_left);
+    let eff = routing::visible_len(kv_len, window_left);
     let offset = kv_len - eff;
     let split_len = decode_split_len(eff, splits);
     (s * split_len < eff).then(|| offset + s * split_len..offset + ((s + 1) * split_len).min(eff))
-}
-
-/// Keys a decode request attends to (SPEC 4.3): `min(kv_len, window_left + 1)` when windowed.
-fn decode_eff(kv_len: usize, window_left: i64) -> usize {
-    match usize::try_from(window_left) {
-        Ok(w) => kv_len.min(w.saturating_add(1)),
-        Err(_) => kv_len,
-    }
 }
 
 /// Keys of one decode split (SPEC 4.3): `ceil(ceil(eff / splits) / 32) * 32`.
@@ -185,7 +177,7 @@ pub fn decode_piece_keys(
     piece_keys: usize,
     u: usize,
 ) -> Option<Range<usize>> {
-    let split_len = decode_split_len(decode_eff(kv_len, window_left), splits);
+    let split_len = decode_split_len(routing::visible_len(kv_len, window_left), splits);
     let (piece_len, pieces) = decode_piece_layout(split_len, piece_keys);
     let split = decode_split_keys(kv_len, window_left, splits, u / pieces)?;
     let start = split.start + (u % pieces) * piece_len;
@@ -399,7 +391,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     let mut launches = Vec::new();
     let (mut piece_keys, mut decode_pieces) = (0, 0);
     // score_mod and fallback take their windowed entry on windowed layers.
-    let query_stage = if g.window_left >= 0 {
+    let query_stage = if g.is_local() {
         Stage::Windowed
     } else {
         Stage::Main
@@ -463,7 +455,8 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             }
             if decode {
                 // A CTA per piece of a split; the longest request's splits have the most pieces.
-                let split_len = decode_split_len(decode_eff(g.max_kv_len(), g.window_left), s);
+                let split_len =
+                    decode_split_len(routing::visible_len(g.max_kv_len(), g.window_left), s);
                 let ctas = g.batch().saturating_mul(g.num_kv_heads).saturating_mul(s);
                 piece_keys = decode_piece_keys_for(ctas, split_len);
                 let (_, pieces) = decode_piece_layout(split_len, piece_keys);

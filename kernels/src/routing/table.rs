@@ -215,7 +215,7 @@ pub fn check_path(
         ));
     }
     if spec.requires_window_equals_extent
-        && window_left >= 0
+        && relattn_reference::Window::from_left(window_left).is_local()
         && !relattn_reference::window_spans_extent(window_left, e)
     {
         return Err(format!(
