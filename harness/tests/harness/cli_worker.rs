@@ -5,7 +5,7 @@
 //! These need `python3` with numpy: without numpy in python3, they install it with pip into the
 //! target folder; when that fails they fail and say why.
 
-mod common;
+use crate::common;
 use approx::abs_diff_eq;
 use common::text;
 

@@ -1,7 +1,7 @@
 //! `relattn exec`, run as a user runs it. Without a GPU it must decide everything it can (bad
 //! input, unsupported path x case) and exit 3 for the rest; with one it writes `out`.
 
-mod common;
+use crate::common;
 use approx::abs_diff_eq;
 use common::relattn;
 

@@ -1,6 +1,6 @@
 //! The `relattn gen`, `reference` and `bench-reference` commands, run as a user runs them.
 
-mod common;
+use crate::common;
 use common::relattn;
 
 use relattn_reference::casefile::{read_case, read_output};
