@@ -1,7 +1,7 @@
 //! Every GPU path against the f64 reference with SPEC section 6's bound, under forced and policy
 //! split counts, with and without the bounds check; the decode merges right and deterministic
-//! over launches; every planted defect caught; the compile-only check over all architectures; a
-//! small timing print.
+//! over launches; every planted defect caught; the compile-only check over all architectures.
+//! Timing is `relattn bench`'s.
 //!
 //! Needs an NVIDIA GPU with driver and NVRTC:
 //! `cargo test -p relattn-kernels --test gpu_paths -- --ignored --test-threads 1 --nocapture`
@@ -303,10 +303,14 @@ const TRAP_CHILD_PATH: &str = "RELATTN_TRAP_CHILD_PATH";
 
 /// The out-of-range rel_logits read changes no number: only the bounds-checked build sees it, as
 /// a trap. A trap ends CUDA for its process, so each path runs in a child process (this test
-/// binary, running `trap_child`); this process must stay able to compute afterwards.
+/// binary, running this test with `RELATTN_TRAP_CHILD_PATH` set, which calls `trap_child`); this
+/// process must stay able to compute afterwards.
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn trapped_defect_is_caught() {
+    if let Ok(path) = std::env::var(TRAP_CHILD_PATH) {
+        return trap_child(path.parse().unwrap());
+    }
     let m = Mutant::RelRowPastEnd;
     let mut failures = Vec::new();
     for &path in m.paths() {
@@ -314,7 +318,7 @@ fn trapped_defect_is_caught() {
             .args([
                 "--ignored",
                 "--exact",
-                "trap_child",
+                "trapped_defect_is_caught",
                 "--nocapture",
                 "--test-threads",
                 "1",
@@ -338,14 +342,9 @@ fn trapped_defect_is_caught() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Child side of `trapped_defect_is_caught` (does nothing when run directly).
-#[test]
-#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
-fn trap_child() {
-    let Ok(path) = std::env::var(TRAP_CHILD_PATH) else {
-        return;
-    };
-    let path: PathId = path.parse().unwrap();
+/// Child side of `trapped_defect_is_caught`: the bounds-checked build of `RelRowPastEnd` on
+/// `path` traps.
+fn trap_child(path: PathId) {
     let gpu = Gpu::open(0).unwrap();
     let how = first_catch(&gpu, mutant_variant(Mutant::RelRowPastEnd), path, &cases());
     let how = how.unwrap_or_else(|| panic!("{path}: the out-of-range read was not seen"));
@@ -470,41 +469,5 @@ fn decode_entry_edges_are_right() {
         )
         .unwrap();
         judge(&case, &run).unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
-fn timing_print() {
-    let gpu = Gpu::open(0).unwrap();
-    let loaded = load(&gpu, Variant::PLAIN);
-    let mut prefill = GenSpec::global(16, 2, vec![(2048, 2048)], 21);
-    prefill.page_size = 128;
-    let decode = GenSpec::global(8, 1, vec![(1, 32768)], 22);
-    for (name, spec) in [("prefill2k_h16_kv2", prefill), ("decode32k_h8_kv1", decode)] {
-        let p = generate(&spec).unwrap();
-        let dp = gpu.upload(&p).unwrap();
-        for path in PathId::ALL {
-            let _ = run_path(&gpu, &loaded, &dp, path, Splits::Policy); // warm-up
-            let mut ms: Vec<f32> = (0..5)
-                .filter_map(|_| {
-                    run_path(&gpu, &loaded, &dp, path, Splits::Policy)
-                        .ok()
-                        .map(|r| r.ms)
-                })
-                .collect();
-            ms.sort_by(f32::total_cmp);
-            let Some(&median) = ms.get(ms.len() / 2) else {
-                continue;
-            };
-            let splits = run_path(&gpu, &loaded, &dp, path, Splits::Policy)
-                .map(|r| r.num_splits)
-                .unwrap_or(0);
-            println!(
-                "time {name:<18} {:<13} splits {splits:>3} median {median:8.3} ms  {:7.2} TFLOP/s",
-                path.as_str(),
-                p.flops() / (median as f64 * 1e-3) / 1e12
-            );
-        }
     }
 }

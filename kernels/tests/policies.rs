@@ -5,6 +5,7 @@ use relattn_kernels::routing::{
     bucket_max_seqlen_q, decide, decode_split_count, decode_split_ranges, lookup, num_splits,
     use_split_kv_decode, Capability, PathId, Shape,
 };
+use rstest::rstest;
 
 const KV_LENS: [usize; 5] = [512, 8192, 65536, 131072, 1048576];
 
@@ -104,15 +105,13 @@ const GLOBAL: [(usize, usize, usize, usize, [usize; 5]); 36] = [
     (32, 2048, 8, 1, [1, 1, 1, 1, 1]),
 ];
 
-#[test]
-fn num_splits_on_blackwell_global_layers() {
-    for major_minor in [(10, 0), (10, 3), (11, 0)] {
-        let row = lookup(Capability::new(major_minor.0, major_minor.1)).unwrap();
-        for (batch, q, h, hkv, expected) in GLOBAL {
-            for (kv, want) in KV_LENS.into_iter().zip(expected) {
-                let s = shape(batch, q, h, hkv, kv);
-                assert_eq!(num_splits(row, &s), want, "{:?} {s:?}", row.cc);
-            }
+#[rstest]
+fn num_splits_on_blackwell_global_layers(#[values((10, 0), (10, 3), (11, 0))] cc: (u32, u32)) {
+    let row = lookup(Capability::new(cc.0, cc.1)).unwrap();
+    for (batch, q, h, hkv, expected) in GLOBAL {
+        for (kv, want) in KV_LENS.into_iter().zip(expected) {
+            let s = shape(batch, q, h, hkv, kv);
+            assert_eq!(num_splits(row, &s), want, "{:?} {s:?}", row.cc);
         }
     }
 }
@@ -171,62 +170,61 @@ fn num_splits_is_one_on_local_layers_and_rows_without_split_kv() {
     }
 }
 
-#[test]
-fn split_kv_decode_switch() {
-    // (max_query_len, max_kv_len, page_size, window_left, enabled, expected)
-    let cases = [
-        (1, 131072, 16, -1, false, false),   // disabled
-        (2, 1048576, 128, -1, true, false),  // not a decode batch
-        (128, 131072, 16, 511, true, false), // not a decode batch
-        (1, 8192, 16, -1, true, true),       // max_kv_len >= 8192
-        (1, 8191, 16, -1, true, false),      // short global, small pages
-        (1, 512, 64, -1, true, true),        // page_size >= 64
-        (1, 512, 32, -1, true, false),       // global, page 32 < 64
-        (1, 512, 32, 511, true, true),       // windowed, page >= 32
-        (1, 512, 16, 511, true, false),      // windowed, page 16 < 32
-        (1, 131072, 16, 511, true, true),    // long cache comes first
-    ];
-    for (q, kv, page, w, enabled, want) in cases {
-        assert_eq!(
-            use_split_kv_decode(q, kv, page, w, enabled),
-            want,
-            "{q} {kv} {page} {w} {enabled}"
-        );
-    }
+/// (max_query_len, max_kv_len, page_size, window_left, enabled, expected)
+#[rstest]
+#[case::disabled(1, 131072, 16, -1, false, false)]
+#[case::not_a_decode_batch(2, 1048576, 128, -1, true, false)]
+#[case::not_a_decode_batch_windowed(128, 131072, 16, 511, true, false)]
+#[case::kv_at_least_8192(1, 8192, 16, -1, true, true)]
+#[case::short_global_small_pages(1, 8191, 16, -1, true, false)]
+#[case::page_at_least_64(1, 512, 64, -1, true, true)]
+#[case::global_page_32_below_64(1, 512, 32, -1, true, false)]
+#[case::windowed_page_at_least_32(1, 512, 32, 511, true, true)]
+#[case::windowed_page_16_below_32(1, 512, 16, 511, true, false)]
+#[case::long_cache_comes_first(1, 131072, 16, 511, true, true)]
+fn split_kv_decode_switch(
+    #[case] q: usize,
+    #[case] kv: usize,
+    #[case] page: usize,
+    #[case] w: i64,
+    #[case] enabled: bool,
+    #[case] want: bool,
+) {
+    assert_eq!(
+        use_split_kv_decode(q, kv, page, w, enabled),
+        want,
+        "{q} {kv} {page} {w} {enabled}"
+    );
 }
 
-#[test]
-fn decode_split_counts() {
-    // windowed: min(4, max(1, ceil(min(L, w + 1) / 128)))
-    let windowed = [
-        (512, 511, 4),      // ceil(512/128) = 4
-        (100, 511, 1),      // ceil(100/128) = 1
-        (300, 511, 3),      // ceil(300/128) = 3
-        (1048576, 511, 4),  // min(L, 512) = 512 -> 4
-        (0, 511, 1),        // ceil(0/128) = 0 -> max(1, 0) = 1
-        (1048576, 1023, 4), // ceil(1024/128) = 8 -> min(4, 8) = 4
-        (1048576, 0, 1),    // min(L, 1) = 1 -> 1
-        (131072, 255, 2),   // ceil(256/128) = 2
-    ];
-    for (kv, w, want) in windowed {
-        assert_eq!(decode_split_count(kv, w), want, "kv {kv} window {w}");
-    }
-    // global: min(32, max(1, ceil(max(1, L) / 2048)))
-    let global = [
-        (512, 1),      // ceil(512/2048) = 1
-        (8192, 4),     // 4
-        (65536, 32),   // 32
-        (131072, 32),  // 64 -> 32
-        (1048576, 32), // 512 -> 32
-        (0, 1),        // max(1, 0) = 1 -> 1
-        (2048, 1),
-        (2049, 2),
-        (63488, 31), // 31 * 2048
-        (63489, 32),
-    ];
-    for (kv, want) in global {
-        assert_eq!(decode_split_count(kv, -1), want, "kv {kv}");
-    }
+/// Windowed: min(4, max(1, ceil(min(L, w + 1) / 128))).
+#[rstest]
+#[case::kv512(512, 511, 4)] // ceil(512/128) = 4
+#[case::kv100(100, 511, 1)] // ceil(100/128) = 1
+#[case::kv300(300, 511, 3)] // ceil(300/128) = 3
+#[case::long_kv(1048576, 511, 4)] // min(L, 512) = 512 -> 4
+#[case::empty(0, 511, 1)] // ceil(0/128) = 0 -> max(1, 0) = 1
+#[case::window1024(1048576, 1023, 4)] // ceil(1024/128) = 8 -> min(4, 8) = 4
+#[case::window1(1048576, 0, 1)] // min(L, 1) = 1 -> 1
+#[case::window256(131072, 255, 2)] // ceil(256/128) = 2
+fn decode_split_counts_windowed(#[case] kv: usize, #[case] w: i64, #[case] want: usize) {
+    assert_eq!(decode_split_count(kv, w), want, "kv {kv} window {w}");
+}
+
+/// Global: min(32, max(1, ceil(max(1, L) / 2048))).
+#[rstest]
+#[case::kv512(512, 1)] // ceil(512/2048) = 1
+#[case::kv8192(8192, 4)] // 4
+#[case::kv65536(65536, 32)] // 32
+#[case::kv131072(131072, 32)] // 64 -> 32
+#[case::kv1048576(1048576, 32)] // 512 -> 32
+#[case::empty(0, 1)] // max(1, 0) = 1 -> 1
+#[case::kv2048(2048, 1)]
+#[case::kv2049(2049, 2)]
+#[case::kv63488(63488, 31)] // 31 * 2048
+#[case::kv63489(63489, 32)]
+fn decode_split_counts_global(#[case] kv: usize, #[case] want: usize) {
+    assert_eq!(decode_split_count(kv, -1), want, "kv {kv}");
 }
 
 /// Expected (start, end) of each split; `None` marks an empty split.

@@ -4,48 +4,55 @@
 use relattn_kernels::routing::{
     check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathId, Shape,
 };
+use rstest::rstest;
+
+/// The twelve rows of SPEC section 3, each a case below.
+#[test]
+fn the_table_has_twelve_rows() {
+    assert_eq!(table().len(), 12, "table rows");
+}
 
 /// Path (None = rejected), then paged_kv_forward, split_kv, split_kv_decode, sheared_bias.
-type Flags = (Option<&'static str>, bool, bool, bool, bool);
-
-const EXPECTED: [((u32, u32), Flags); 12] = [
-    // Below SM80: rejected, nothing available.
-    ((7, 0), (None, false, false, false, false)),
-    ((7, 5), (None, false, false, false, false)),
-    // Ampere/Ada: fallback, paged, no main split-KV, two-stage decode.
-    ((8, 0), (Some("fallback"), true, false, true, false)),
-    ((8, 6), (Some("fallback"), true, false, true, false)),
-    ((8, 7), (Some("fallback"), true, false, true, false)),
-    ((8, 9), (Some("fallback"), true, false, true, false)),
-    // Hopper: score_mod, paged, no split-KV at all.
-    ((9, 0), (Some("score_mod"), true, false, false, false)),
-    // Blackwell datacenter: sheared_bias with split-KV.
-    ((10, 0), (Some("sheared_bias"), true, true, false, true)),
-    ((10, 3), (Some("sheared_bias"), true, true, false, true)),
-    ((11, 0), (Some("sheared_bias"), true, true, false, true)),
-    // SM12x: rejected, no paged-KV forward.
-    ((12, 0), (None, false, false, false, false)),
-    ((12, 1), (None, false, false, false, false)),
-];
-
-#[test]
-fn every_row_matches_spec_section_3() {
-    assert_eq!(table().len(), EXPECTED.len(), "table rows");
-    for ((major, minor), (path, paged, split, decode, sheared)) in EXPECTED {
-        let cc = Capability::new(major, minor);
-        let row = lookup(cc).unwrap_or_else(|| panic!("no row for {cc}"));
-        assert_eq!(row.cc, cc);
-        let got_path = match row.outcome {
-            Outcome::Route(p) => Some(p.as_str()),
-            Outcome::Reject(_) => None,
-        };
-        assert_eq!(got_path, path, "path of {cc}");
-        assert_eq!(row.paged_kv_forward, paged, "paged_kv_forward of {cc}");
-        assert_eq!(row.split_kv, split, "split_kv of {cc}");
-        assert_eq!(row.split_kv_decode, decode, "split_kv_decode of {cc}");
-        assert_eq!(row.sheared_bias, sheared, "sheared_bias of {cc}");
-        assert_eq!(route(cc).ok().map(|p| p.as_str()), path, "route of {cc}");
-    }
+#[rstest]
+// Below SM80: rejected, nothing available.
+#[case::sm70(7, 0, None, false, false, false, false)]
+#[case::sm75(7, 5, None, false, false, false, false)]
+// Ampere/Ada: fallback, paged, no main split-KV, two-stage decode.
+#[case::sm80(8, 0, Some("fallback"), true, false, true, false)]
+#[case::sm86(8, 6, Some("fallback"), true, false, true, false)]
+#[case::sm87(8, 7, Some("fallback"), true, false, true, false)]
+#[case::sm89(8, 9, Some("fallback"), true, false, true, false)]
+// Hopper: score_mod, paged, no split-KV at all.
+#[case::sm90(9, 0, Some("score_mod"), true, false, false, false)]
+// Blackwell datacenter: sheared_bias with split-KV.
+#[case::sm100(10, 0, Some("sheared_bias"), true, true, false, true)]
+#[case::sm103(10, 3, Some("sheared_bias"), true, true, false, true)]
+#[case::sm110(11, 0, Some("sheared_bias"), true, true, false, true)]
+// SM12x: rejected, no paged-KV forward.
+#[case::sm120(12, 0, None, false, false, false, false)]
+#[case::sm121(12, 1, None, false, false, false, false)]
+fn every_row_matches_spec_section_3(
+    #[case] major: u32,
+    #[case] minor: u32,
+    #[case] path: Option<&str>,
+    #[case] paged: bool,
+    #[case] split: bool,
+    #[case] decode: bool,
+    #[case] sheared: bool,
+) {
+    let cc = Capability::new(major, minor);
+    let row = lookup(cc).unwrap_or_else(|| panic!("no row for {cc}"));
+    assert_eq!(row.cc, cc);
+    let got_path = match row.outcome {
+        Outcome::Route(p) => Some(p.as_str()),
+        Outcome::Reject(_) => None,
+    };
+    assert_eq!(got_path, path, "path of {cc}");
+    assert_eq!(row.paged_kv_forward, paged, "paged_kv_forward of {cc}");
+    assert_eq!(row.split_kv, split, "split_kv of {cc}");
+    assert_eq!(row.split_kv_decode, decode, "split_kv_decode of {cc}");
+    assert_eq!(row.sheared_bias, sheared, "sheared_bias of {cc}");
+    assert_eq!(route(cc).ok().map(|p| p.as_str()), path, "route of {cc}");
 }
 
 #[test]
@@ -64,82 +71,85 @@ fn families_are_named() {
     );
 }
 
-#[test]
-fn sm12x_rejection_says_why() {
-    for minor in [0, 1] {
-        let cc = Capability::new(12, minor);
-        let err = route(cc).unwrap_err();
-        assert!(err.reason.contains("FA4"), "{err}");
-        assert!(err.reason.contains("no paged-KV forward"), "{err}");
-        assert!(err.to_string().contains(&format!("SM 12.{minor}")), "{err}");
-    }
+#[rstest]
+fn sm12x_rejection_says_why(#[values(0, 1)] minor: u32) {
+    let cc = Capability::new(12, minor);
+    let err = route(cc).unwrap_err();
+    assert!(err.reason.contains("FA4"), "{err}");
+    assert!(err.reason.contains("no paged-KV forward"), "{err}");
+    assert!(err.to_string().contains(&format!("SM 12.{minor}")), "{err}");
+}
+
+#[rstest]
+fn pre_ampere_rejection_says_why(#[values(0, 5)] minor: u32) {
+    let err = route(Capability::new(7, minor)).unwrap_err();
+    assert!(err.reason.contains("SM80"), "{err}");
+}
+
+#[rstest]
+#[case::sm60(6, 0, "6.0")]
+#[case::sm130(13, 0, "13.0")]
+#[case::sm101(10, 1, "10.1")]
+#[case::sm99(9, 9, "9.9")]
+fn unknown_capabilities_have_no_route(#[case] major: u32, #[case] minor: u32, #[case] text: &str) {
+    let cc = Capability::new(major, minor);
+    assert!(lookup(cc).is_none(), "{cc} must not be in the table");
+    let err = route(cc).unwrap_err();
+    assert_eq!(err.reason, format!("no route for SM {text}"));
+    let shape = Shape {
+        batch: 1,
+        max_query_len: 1,
+        num_heads: 8,
+        num_kv_heads: 1,
+        max_kv_len: 1 << 20,
+        page_size: 16,
+        window_left: -1,
+        is_local: false,
+    };
+    let d = decide(cc, &shape);
+    assert!(d.rejected);
+    assert_eq!(d.path, None);
+    assert_eq!(
+        d.reason.as_deref(),
+        Some(format!("no route for SM {text}").as_str())
+    );
+    assert_eq!(d.num_splits, None);
+    assert_eq!(d.decode_splits, None);
+    assert!(!d.split_kv_decode);
+}
+
+#[rstest]
+#[case::dotted("9.0", 9, 0)]
+#[case::dotted_two_digits("12.1", 12, 1)]
+#[case::digits("90", 9, 0)]
+#[case::digits_two_digits("121", 12, 1)]
+#[case::digits_ten("100", 10, 0)]
+#[case::sm_name("sm_90", 9, 0)]
+#[case::sm_name_two_digits("sm_121", 12, 1)]
+#[case::upper_case("SM103", 10, 3)]
+#[case::spaces(" 8.6 ", 8, 6)]
+fn capability_parses(#[case] text: &str, #[case] major: u32, #[case] minor: u32) {
+    let cc: Capability = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert_eq!(cc, Capability::new(major, minor), "{text}");
+}
+
+#[rstest]
+#[case::empty("")]
+#[case::no_minor("9")]
+#[case::empty_minor("9.")]
+#[case::empty_major(".0")]
+#[case::letters("x.y")]
+#[case::three_parts("9.0.1")]
+#[case::negative("-9.0")]
+#[case::sm_alone("sm_")]
+#[case::comma("9,0")]
+#[case::too_large("99999.0")]
+fn bad_capability_text_does_not_parse(#[case] bad: &str) {
+    assert!(bad.parse::<Capability>().is_err(), "{bad:?} must not parse");
 }
 
 #[test]
-fn pre_ampere_rejection_says_why() {
-    for cc in [Capability::new(7, 0), Capability::new(7, 5)] {
-        let err = route(cc).unwrap_err();
-        assert!(err.reason.contains("SM80"), "{err}");
-    }
-}
-
-#[test]
-fn unknown_capabilities_have_no_route() {
-    for (major, minor, text) in [
-        (6, 0, "6.0"),
-        (13, 0, "13.0"),
-        (10, 1, "10.1"),
-        (9, 9, "9.9"),
-    ] {
-        let cc = Capability::new(major, minor);
-        assert!(lookup(cc).is_none(), "{cc} must not be in the table");
-        let err = route(cc).unwrap_err();
-        assert_eq!(err.reason, format!("no route for SM {text}"));
-        let shape = Shape {
-            batch: 1,
-            max_query_len: 1,
-            num_heads: 8,
-            num_kv_heads: 1,
-            max_kv_len: 1 << 20,
-            page_size: 16,
-            window_left: -1,
-            is_local: false,
-        };
-        let d = decide(cc, &shape);
-        assert!(d.rejected);
-        assert_eq!(d.path, None);
-        assert_eq!(
-            d.reason.as_deref(),
-            Some(format!("no route for SM {text}").as_str())
-        );
-        assert_eq!(d.num_splits, None);
-        assert_eq!(d.decode_splits, None);
-        assert!(!d.split_kv_decode);
-    }
-}
-
-#[test]
-fn capability_parses_displays_and_serialises_as_text() {
-    let cases = [
-        ("9.0", (9, 0)),
-        ("12.1", (12, 1)),
-        ("90", (9, 0)),
-        ("121", (12, 1)),
-        ("100", (10, 0)),
-        ("sm_90", (9, 0)),
-        ("sm_121", (12, 1)),
-        ("SM103", (10, 3)),
-        (" 8.6 ", (8, 6)),
-    ];
-    for (text, (major, minor)) in cases {
-        let cc: Capability = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
-        assert_eq!(cc, Capability::new(major, minor), "{text}");
-    }
-    for bad in [
-        "", "9", "9.", ".0", "x.y", "9.0.1", "-9.0", "sm_", "9,0", "99999.0",
-    ] {
-        assert!(bad.parse::<Capability>().is_err(), "{bad:?} must not parse");
-    }
+fn capability_displays_and_serialises_as_text() {
     assert_eq!(Capability::new(12, 1).to_string(), "12.1");
     assert_eq!(Capability::new(9, 0).sm_name(), "sm_90");
     assert_eq!(
@@ -171,29 +181,32 @@ fn path_ids_round_trip() {
     assert!("flash".parse::<PathId>().is_err());
 }
 
-#[test]
-fn path_specs_are_the_spec_constraints() {
-    // (path, main split-KV, decode kernel, E % 128, window + 1 == E, max splits)
-    let expected = [
-        (PathId::ShearedBias, true, false, true, true, 128),
-        (PathId::ScoreMod, false, false, false, false, 1),
-        (PathId::Fallback, false, true, false, false, 32),
-    ];
-    for (path, main, decode, e128, window, max) in expected {
-        let s = path_spec(path);
-        assert_eq!(s.path, path);
-        assert_eq!(
-            (
-                s.main_split_kv,
-                s.split_kv_decode,
-                s.requires_extent_multiple_of_128
-            ),
-            (main, decode, e128),
-            "{path}"
-        );
-        assert_eq!(s.requires_window_equals_extent, window, "{path}");
-        assert_eq!(s.max_splits, max, "{path}");
-    }
+/// (path, main split-KV, decode kernel, E % 128, window + 1 == E, max splits)
+#[rstest]
+#[case::sheared_bias(PathId::ShearedBias, true, false, true, true, 128)]
+#[case::score_mod(PathId::ScoreMod, false, false, false, false, 1)]
+#[case::fallback(PathId::Fallback, false, true, false, false, 32)]
+fn path_specs_are_the_spec_constraints(
+    #[case] path: PathId,
+    #[case] main: bool,
+    #[case] decode: bool,
+    #[case] e128: bool,
+    #[case] window: bool,
+    #[case] max: usize,
+) {
+    let s = path_spec(path);
+    assert_eq!(s.path, path);
+    assert_eq!(
+        (
+            s.main_split_kv,
+            s.split_kv_decode,
+            s.requires_extent_multiple_of_128
+        ),
+        (main, decode, e128),
+        "{path}"
+    );
+    assert_eq!(s.requires_window_equals_extent, window, "{path}");
+    assert_eq!(s.max_splits, max, "{path}");
 }
 
 #[test]

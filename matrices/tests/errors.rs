@@ -1,6 +1,7 @@
 //! Bad matrix files give errors that name the file, the key and the value.
 
 use relattn_matrices::{load, load_file, load_tier, Matrix, MatrixError, SplitSetting};
+use rstest::rstest;
 
 const GOOD: &str =
     "[[group]]\nlayers = [\"global_e1024\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]\n";
@@ -47,36 +48,29 @@ fn an_unknown_axis_is_named() {
     assert_mentions(&err, &["mine.toml", "unknown field `groups`"]);
 }
 
-#[test]
-fn bad_values_name_key_and_value() {
-    let cases: &[(&str, &[&str])] = &[
-        ("page_sizes = [16, 0]", &["page_sizes", "= 0"]),
-        (
-            "dtypes = [\"fp8\"]",
-            &["dtypes", "\"fp8\"", "unknown dtype"],
-        ),
-        ("layouts = [\"nchw\"]", &["layouts", "\"nchw\""]),
-        ("splits = [\"policy\", 0]", &["splits", "= 0"]),
-        ("splits = [\"often\"]", &["splits", "\"often\""]),
-        ("bias = [\"loud\"]", &["bias", "\"loud\""]),
-        ("seeds = []", &["seeds", "[]", "empty axis"]),
-        ("head_dims = [0]", &["head_dims", "= 0"]),
-        ("sample_rows = 0", &["sample_rows", "= 0"]),
-        ("scale = -1.0", &["scale", "-1"]),
-        (
-            "regression = \"cosmic_rays\"",
-            &["regression", "\"cosmic_rays\"", "unknown bug class"],
-        ),
-    ];
-    for (line, parts) in cases {
-        let err = with(line);
-        assert!(
-            matches!(err, MatrixError::BadValue { .. }),
-            "{line}: {err:?}"
-        );
-        assert_mentions(&err, &["mine.toml", "[[group]] #1."]);
-        assert_mentions(&err, parts);
-    }
+#[rstest]
+#[case::page_size_zero("page_sizes = [16, 0]", &["page_sizes", "= 0"])]
+#[case::unknown_dtype("dtypes = [\"fp8\"]", &["dtypes", "\"fp8\"", "unknown dtype"])]
+#[case::unknown_layout("layouts = [\"nchw\"]", &["layouts", "\"nchw\""])]
+#[case::zero_splits("splits = [\"policy\", 0]", &["splits", "= 0"])]
+#[case::unknown_splits("splits = [\"often\"]", &["splits", "\"often\""])]
+#[case::unknown_bias("bias = [\"loud\"]", &["bias", "\"loud\""])]
+#[case::empty_seeds("seeds = []", &["seeds", "[]", "empty axis"])]
+#[case::head_dim_zero("head_dims = [0]", &["head_dims", "= 0"])]
+#[case::sample_rows_zero("sample_rows = 0", &["sample_rows", "= 0"])]
+#[case::negative_scale("scale = -1.0", &["scale", "-1"])]
+#[case::unknown_bug_class(
+    "regression = \"cosmic_rays\"",
+    &["regression", "\"cosmic_rays\"", "unknown bug class"]
+)]
+fn bad_values_name_key_and_value(#[case] line: &str, #[case] parts: &[&str]) {
+    let err = with(line);
+    assert!(
+        matches!(err, MatrixError::BadValue { .. }),
+        "{line}: {err:?}"
+    );
+    assert_mentions(&err, &["mine.toml", "[[group]] #1."]);
+    assert_mentions(&err, parts);
 }
 
 #[test]
@@ -110,13 +104,13 @@ fn bad_heads_layers_and_mixes_are_named() {
     assert_mentions(&missing, &["mine.toml", "missing field `mixes`"]);
 }
 
-#[test]
-fn a_matrix_without_cases_is_an_error() {
-    for text in ["", "description = \"nothing\"\n"] {
-        let err = error(text);
-        assert!(matches!(err, MatrixError::Empty { .. }), "{err:?}");
-        assert_mentions(&err, &["mine.toml", "zero cases"]);
-    }
+#[rstest]
+#[case::empty_file("")]
+#[case::description_only("description = \"nothing\"\n")]
+fn a_matrix_without_cases_is_an_error(#[case] text: &str) {
+    let err = error(text);
+    assert!(matches!(err, MatrixError::Empty { .. }), "{err:?}");
+    assert_mentions(&err, &["mine.toml", "zero cases"]);
 }
 
 #[test]

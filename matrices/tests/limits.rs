@@ -5,6 +5,7 @@
 use relattn_matrices::{
     Matrix, MatrixError, MAX_CASES, MAX_FORCED_SPLITS, MAX_SPLIT_SETTINGS, MAX_TRIALS,
 };
+use rstest::rstest;
 use std::time::{Duration, Instant};
 
 fn group(lines: &str) -> String {
@@ -198,15 +199,16 @@ fn an_extent_of_2_64_minus_1_is_refused_not_made_global() {
     assert!(msg.contains("1..=2147483647"), "{msg}");
 }
 
-#[test]
-fn head_pairs_of_the_wrong_arity_are_refused() {
-    for (heads, arity) in [("[[8, 2, 1]]", 3), ("[[8]]", 1), ("[[]]", 0)] {
-        let (_, msg) = refused(&with("[\"global_e1024\"]", heads, "[\"decode\"]", ""));
-        assert!(
-            msg.contains("heads") && msg.contains(&format!("this one has {arity}")),
-            "{msg}"
-        );
-    }
+#[rstest]
+#[case::three("[[8, 2, 1]]", 3)]
+#[case::one("[[8]]", 1)]
+#[case::none("[[]]", 0)]
+fn head_pairs_of_the_wrong_arity_are_refused(#[case] heads: &str, #[case] arity: usize) {
+    let (_, msg) = refused(&with("[\"global_e1024\"]", heads, "[\"decode\"]", ""));
+    assert!(
+        msg.contains("heads") && msg.contains(&format!("this one has {arity}")),
+        "{msg}"
+    );
 }
 
 #[test]

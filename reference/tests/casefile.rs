@@ -13,6 +13,7 @@ use relattn_reference::casefile::{
 };
 use relattn_reference::gen::{generate, BiasMode, GenSpec};
 use relattn_reference::{CacheLayout, DType, Problem, RefOutput};
+use rstest::rstest;
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -157,24 +158,21 @@ fn caches_are_stored_contiguous() {
     }
 }
 
-#[test]
-fn scale_round_trips_exactly() {
+#[rstest]
+#[case::power_of_two(0.0078125, Some("0.0078125"))]
+#[case::a_third(1.0 / 3.0, None)]
+#[case::tiny(1e-300, None)]
+fn scale_round_trips_exactly(#[case] scale: f64, #[case] text: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
-    for (scale, text) in [
-        (0.0078125, Some("0.0078125")),
-        (1.0 / 3.0, None),
-        (1e-300, None),
-    ] {
-        let mut data = small(DType::Bf16, CacheLayout::Contiguous, 1).into_data();
-        data.softmax_scale = scale;
-        let p = Problem::new(data).unwrap();
-        let path = written(&dir, &p, &CaseMeta::default());
-        if let Some(text) = text {
-            assert_eq!(metadata_of(&path)["softmax_scale"], text);
-        }
-        let back = read_case(&path).unwrap().problem;
-        assert_eq!(back.softmax_scale.to_bits(), scale.to_bits());
+    let mut data = small(DType::Bf16, CacheLayout::Contiguous, 1).into_data();
+    data.softmax_scale = scale;
+    let p = Problem::new(data).unwrap();
+    let path = written(&dir, &p, &CaseMeta::default());
+    if let Some(text) = text {
+        assert_eq!(metadata_of(&path)["softmax_scale"], text);
     }
+    let back = read_case(&path).unwrap().problem;
+    assert_eq!(back.softmax_scale.to_bits(), scale.to_bits());
 }
 
 #[test]

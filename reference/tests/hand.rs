@@ -1,5 +1,6 @@
 //! Tiny cases with expected values worked out by hand from SPEC section 1.
 
+use approx::{abs_diff_eq, assert_abs_diff_eq};
 use ndarray::{Array2, Array3};
 use relattn_reference::{emulate, fast, oracle, CacheLayout, DType, Problem, ProblemData};
 
@@ -100,13 +101,13 @@ fn check(p: &Problem, expected: &[(usize, usize, Vec<f64>, f64)]) {
             for (c, want) in out.iter().enumerate() {
                 let got = res.out[[*t, *h, c]];
                 assert!(
-                    (got - want).abs() <= tol * want.abs().max(1.0),
+                    abs_diff_eq!(got, want, epsilon = tol * want.abs().max(1.0)),
                     "{name}: out[{t},{h},{c}] = {got}, expected {want}"
                 );
             }
             let got = res.lse[[*t, *h]];
             assert!(
-                (got - lse).abs() <= tol * lse.abs().max(1.0),
+                abs_diff_eq!(got, lse, epsilon = tol * lse.abs().max(1.0)),
                 "{name}: lse[{t},{h}] = {got}, expected {lse}"
             );
         }
@@ -319,6 +320,6 @@ fn emulation_rounds_the_weights_but_not_their_sum() {
     // 23.5 / 1.368 = 17.18, which bf16 rounds to 17.125 where the exact 17.21 rounds to 17.25.
     assert_eq!(want, 17.125);
     let exact = 64.0 * (-1.0f64).exp() / (1.0 + (-1.0f64).exp());
-    assert!((oracle::attention(&p).out[[0, 0, 0]] - exact).abs() < 1e-12);
+    assert_abs_diff_eq!(oracle::attention(&p).out[[0, 0, 0]], exact, epsilon = 1e-12);
     assert_eq!(to_bf16(exact as f32), 17.25);
 }

@@ -2,6 +2,7 @@
 
 use ndarray::{Array2, Array3};
 use relattn_reference::{CacheLayout, DType, Problem, ProblemData, ProblemError};
+use rstest::rstest;
 
 /// A small valid problem: H = 4, Hkv = 2, D = 4, E = 8, page 4, two requests
 /// (Lq 2, Lk 5) and (Lq 1, Lk 3), one padding row (T = 4), four physical blocks.
@@ -83,19 +84,17 @@ fn more_kv_heads_than_heads() {
     assert_mentions(&msg, &["num_heads (4)", "num_kv_heads (8)"]);
 }
 
-#[test]
-fn zero_sizes() {
-    for field in ["num_heads", "num_kv_heads", "head_dim"] {
-        let mut data = valid();
-        match field {
-            "num_heads" => data.num_heads = 0,
-            "num_kv_heads" => data.num_kv_heads = 0,
-            _ => data.head_dim = 0,
-        }
-        let (err, msg) = reject(data);
-        assert_eq!(err, ProblemError::Zero { field });
-        assert_mentions(&msg, &[field, "0"]);
+#[rstest]
+fn zero_sizes(#[values("num_heads", "num_kv_heads", "head_dim")] field: &'static str) {
+    let mut data = valid();
+    match field {
+        "num_heads" => data.num_heads = 0,
+        "num_kv_heads" => data.num_kv_heads = 0,
+        _ => data.head_dim = 0,
     }
+    let (err, msg) = reject(data);
+    assert_eq!(err, ProblemError::Zero { field });
+    assert_mentions(&msg, &[field, "0"]);
 }
 
 #[test]
@@ -434,15 +433,13 @@ fn window_left_below_minus_one() {
     assert_mentions(&msg, &["window_left = -2", "-1"]);
 }
 
-#[test]
-fn non_finite_scale() {
-    for scale in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-        let mut data = valid();
-        data.softmax_scale = scale;
-        let (err, msg) = reject(data);
-        assert!(matches!(err, ProblemError::Scale(s) if s.to_bits() == scale.to_bits()));
-        assert_mentions(&msg, &["softmax_scale", &scale.to_string()]);
-    }
+#[rstest]
+fn non_finite_scale(#[values(f64::NAN, f64::INFINITY, f64::NEG_INFINITY)] scale: f64) {
+    let mut data = valid();
+    data.softmax_scale = scale;
+    let (err, msg) = reject(data);
+    assert!(matches!(err, ProblemError::Scale(s) if s.to_bits() == scale.to_bits()));
+    assert_mentions(&msg, &["softmax_scale", &scale.to_string()]);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Tests of the report: rates, fastest paths, table and JSON, from a made-up result set.
 
 use super::*;
+use approx::assert_abs_diff_eq;
 use relattn_kernels::gpu::{CopyPeak, GemmPeak};
 
 fn timing(samples: &[f64]) -> Timing {
@@ -103,7 +104,7 @@ fn rates_and_percentages_come_from_the_median_and_the_peaks() {
     // 4e9 B in 2 ms = 2000 GB/s = 50%; floor 4.1e9 / 4e12 s = 1.025 ms, memory-bound.
     assert_eq!(decode.gbps, Some(2000.0));
     assert_eq!(decode.gbps_pct_peak, Some(50.0));
-    assert!((decode.floor_ms.unwrap() - 1.025).abs() < 1e-12);
+    assert_abs_diff_eq!(decode.floor_ms.unwrap(), 1.025, epsilon = 1e-12);
     assert_eq!(decode.bound.as_deref(), Some("memory"));
     let no_peaks = BenchRow::timed("x", "y", figures(1e12, 1e9, 1e9), timing(&[1.0]), None);
     assert_eq!(no_peaks.tflops, Some(1000.0));

@@ -212,15 +212,22 @@ pub fn max_abs_diff<D: ndarray::Dimension>(
     a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
 }
 
-/// `max|a - b| <= rel * max|b| + 1e-300`, on `out` and on `lse` (scale of `lse`: max(1, |lse|)).
+/// `|a - b| <= rel * max|b| + 1e-300` element by element, on `out` and on `lse` (scale of `lse`:
+/// max(1, |lse|)); a NaN on either side fails.
 pub fn assert_close(a: &RefOutput, b: &RefOutput, rel: f64, what: &str) {
     assert_eq!(a.rows, b.rows, "{what}: rows");
     let tol = rel * max_abs(&b.out) + 1e-300;
-    let diff = max_abs_diff(&a.out, &b.out);
-    assert!(diff <= tol, "{what}: max|out diff| = {diff:e} > {tol:e}");
-    let lse_scale = b.lse.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-    let diff = max_abs_diff(&a.lse, &b.lse);
-    assert!(diff <= rel * lse_scale, "{what}: max|lse diff| = {diff:e}");
+    assert!(
+        a.out.abs_diff_eq(&b.out, tol),
+        "{what}: max|out diff| = {:e} > {tol:e}",
+        max_abs_diff(&a.out, &b.out)
+    );
+    let tol = rel * b.lse.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    assert!(
+        a.lse.abs_diff_eq(&b.lse, tol),
+        "{what}: max|lse diff| = {:e} > {tol:e}",
+        max_abs_diff(&a.lse, &b.lse)
+    );
 }
 
 /// Exact equality of outputs (bit for bit up to the sign of zero), with the first difference.

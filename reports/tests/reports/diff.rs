@@ -1,6 +1,7 @@
 //! Diffing against a baseline.
 
 use crate::common::{trials, write};
+use approx::assert_abs_diff_eq;
 use relattn_reports::{check_comparable, diff, load, DiffOptions, Report, Row, Status};
 use std::path::Path;
 
@@ -44,7 +45,7 @@ fn planted_regressions_are_each_flagged() {
         names(d.error_growth.iter().map(|g| &g.trial).collect()),
         vec![rows[1].trial.clone()]
     );
-    assert!((d.error_growth[0].factor - 10.0).abs() < 1e-9);
+    assert_abs_diff_eq!(d.error_growth[0].factor, 10.0, epsilon = 1e-9);
     let slow: Vec<(&str, &'static str)> = d
         .slowdowns
         .iter()
@@ -57,7 +58,7 @@ fn planted_regressions_are_each_flagged() {
             (rows[3].trial.as_str(), "gbps")
         ]
     );
-    assert!((d.slowdowns[0].drop_pct - 30.0).abs() < 1e-9);
+    assert_abs_diff_eq!(d.slowdowns[0].drop_pct, 30.0, epsilon = 1e-9);
     let text = d.render();
     assert!(text.starts_with("REGRESSION"), "{text}");
     let json = serde_json::to_value(&d).unwrap();

@@ -5,7 +5,8 @@
 //! These need `python3` with numpy: without numpy in python3, they install it with pip into the
 //! target folder; when that fails they fail and say why.
 
-mod common;
+use crate::common;
+use approx::abs_diff_eq;
 use common::text;
 
 use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
@@ -413,7 +414,10 @@ fn exec_runs_a_case_file_on_a_worker() {
             continue;
         }
         let g = got[[reference.row(t), h, c]] as f64;
-        assert!((g - r).abs() < 1e-4, "{t}:{h}:{c}: {g} vs {r}");
+        assert!(
+            abs_diff_eq!(g, *r, epsilon = 1e-4),
+            "{t}:{h}:{c}: {g} vs {r}"
+        );
     }
     // Padding rows come back as the worker's NaN poison.
     assert!(got

@@ -1,6 +1,6 @@
 //! `relattn matrix`: listing the tiers, showing a shard, and exit 2 on a bad matrix file.
 
-mod common;
+use crate::common;
 use common::{relattn, text};
 
 #[test]

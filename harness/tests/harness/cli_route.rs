@@ -1,6 +1,6 @@
 //! `relattn route` and `relattn devices` as a user runs them.
 
-mod common;
+use crate::common;
 use common::relattn;
 
 fn route_json(extra: &[&str]) -> (i32, serde_json::Value) {

@@ -2,7 +2,7 @@
 //! reference self-checks, writes a complete report under `cpu`, and exits 0. Bad arguments exit 2.
 //! (On a GPU machine the same command runs the GPU trials too; that part is not checked here.)
 
-mod common;
+use crate::common;
 use common::{relattn, relattn_env, text};
 
 #[test]

@@ -1,7 +1,7 @@
 //! `relattn bench` on a machine without a GPU: `--from-json` prints and plots a table measured
 //! elsewhere; anything that is not such a table exits 2.
 
-mod common;
+use crate::common;
 use common::{relattn, text};
 use relattn_harness::bench::report::{BenchReport, BenchRow, DeviceSummary};
 use relattn_harness::bench::shapes::Figures;

@@ -1,7 +1,7 @@
 //! `relattn gen --case` and `relattn judge`, run as a user runs them: a matrix case taken out as
 //! a case file, and outputs made elsewhere judged against it (exit 0 pass, 1 fail, 2 bad file).
 
-mod common;
+use crate::common;
 use common::{relattn, text};
 
 use ndarray::Array3;

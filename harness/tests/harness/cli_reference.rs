@@ -1,7 +1,8 @@
 //! The `relattn gen`, `reference` and `bench-reference` commands, run as a user runs them.
 
-mod common;
+use crate::common;
 use common::relattn;
+use rstest::rstest;
 
 use relattn_reference::casefile::{read_case, read_output};
 use relattn_reference::{emulate, fast, sample, CacheLayout, DType};
@@ -290,54 +291,44 @@ fn malformed_case_files_exit_2_with_one_line() {
     assert!(line.contains("missing"), "{line}");
 }
 
-#[test]
-fn bad_gen_parameters_exit_2() {
+#[rstest]
+#[case::heads_not_a_multiple(
+    &["--heads", "6", "--kv-heads", "4", "--requests", "1:5"],
+    &["--heads 6", "--kv-heads 4"]
+)]
+#[case::more_queries_than_keys(
+    &["--preset", "tiny", "--requests", "5:3"],
+    &["5:3", "Lq = 5", "Lk = 3"]
+)]
+#[case::more_queries_than_keys_local(
+    &["--preset", "tiny", "--local", "--requests", "5:3"],
+    &["5:3"]
+)]
+#[case::page_size_zero(&["--preset", "tiny", "--page-size", "0"], &["--page-size"])]
+#[case::extent_zero(&["--preset", "tiny", "--extent", "0"], &["--extent"])]
+#[case::window_below_minus_one(
+    &["--preset", "tiny", "--window-left", "-3"],
+    &["--window-left -3"]
+)]
+#[case::scale_not_finite(&["--preset", "tiny", "--scale", "1/0"], &["--scale", "1/0"])]
+#[case::kv_heads_missing(&["--heads", "8", "--requests", "1:5"], &["--kv-heads"])]
+#[case::requests_with_a_dash(
+    &["--preset", "tiny", "--requests", "1-5"],
+    &["--requests", "1-5"]
+)]
+fn bad_gen_parameters_exit_2(#[case] args: &[&str], #[case] mentions: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let case = dir.path().join("bad.safetensors");
-    let o = s(&case);
-    let cases: [(&[&str], &[&str]); 9] = [
-        (
-            &["--heads", "6", "--kv-heads", "4", "--requests", "1:5"],
-            &["--heads 6", "--kv-heads 4"],
-        ),
-        (
-            &["--preset", "tiny", "--requests", "5:3"],
-            &["5:3", "Lq = 5", "Lk = 3"],
-        ),
-        (
-            &["--preset", "tiny", "--local", "--requests", "5:3"],
-            &["5:3"],
-        ),
-        (&["--preset", "tiny", "--page-size", "0"], &["--page-size"]),
-        (&["--preset", "tiny", "--extent", "0"], &["--extent"]),
-        (
-            &["--preset", "tiny", "--window-left", "-3"],
-            &["--window-left -3"],
-        ),
-        (&["--preset", "tiny", "--scale", "1/0"], &["--scale", "1/0"]),
-        (&["--heads", "8", "--requests", "1:5"], &["--kv-heads"]),
-        (
-            &["--preset", "tiny", "--requests", "1-5"],
-            &["--requests", "1-5"],
-        ),
-    ];
-    for (args, mentions) in cases {
-        let mut full = vec!["gen", "--output", o];
-        full.extend_from_slice(args);
-        let stderr = usage_error(&full);
-        for m in mentions {
-            assert!(
-                stderr.contains(m),
-                "relattn {full:?}: {stderr:?} does not mention {m:?}"
-            );
-        }
-        assert!(!case.exists(), "relattn {full:?} wrote a file");
+    let mut full = vec!["gen", "--output", s(&case)];
+    full.extend_from_slice(args);
+    let stderr = usage_error(&full);
+    for m in mentions {
+        assert!(
+            stderr.contains(m),
+            "relattn {full:?}: {stderr:?} does not mention {m:?}"
+        );
     }
-    let stderr = usage_error(&["gen", "--output", o, "--preset", "huge"]);
-    assert!(
-        stderr.contains("huge") && stderr.contains("tiny"),
-        "{stderr}"
-    );
+    assert!(!case.exists(), "relattn {full:?} wrote a file");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! reference as its output: such a run passes, unless the decode kernel left merge counters set
 //! (the next launch on the same workspace would merge too early or never) or wrote padding rows.
 
+use approx::abs_diff_eq;
 use ndarray::Array3;
 use relattn_harness::execute::{failure_text, run_trial, CaseStore, Runners};
 use relattn_harness::plan::{Trial, TrialKind};
@@ -179,7 +180,10 @@ fn a_planted_error_is_named_with_its_values_bounds_and_counts() {
     let reference = rest.split(';').next().unwrap();
     for (text, want) in [(out, actual), (reference, expected)] {
         let got: f64 = text.parse().unwrap();
-        assert!((got - want).abs() <= 5e-6 * want.abs(), "{text} vs {want}");
+        assert!(
+            abs_diff_eq!(got, want, epsilon = 5e-6 * want.abs()),
+            "{text} vs {want}"
+        );
     }
     assert_eq!(row.first_bad.as_deref(), Some("57:5:100"));
     let text = failure_text(&row);

@@ -1,7 +1,8 @@
 //! `relattn exec`, run as a user runs it. Without a GPU it must decide everything it can (bad
 //! input, unsupported path x case) and exit 3 for the rest; with one it writes `out`.
 
-mod common;
+use crate::common;
+use approx::abs_diff_eq;
 use common::relattn;
 
 use relattn_kernels::gpu::Gpu;
@@ -136,7 +137,7 @@ fn runs_a_path_or_says_there_is_no_gpu() {
                 reference.out[[row, i / d, i % d]],
             );
             assert!(
-                (gpu - r).abs() <= 2e-2 + 2e-2 * r.abs(),
+                abs_diff_eq!(gpu, r, epsilon = 2e-2 + 2e-2 * r.abs()),
                 "row {row} elem {i}: {gpu} vs {r}"
             );
         }

@@ -3,7 +3,7 @@
 //! within a second in exit 2 with one message naming the file, key or tensor, the value and
 //! the limit (or, for a broken pipe, quietly), writing nothing where it does not belong.
 
-mod bounded;
+use crate::bounded;
 
 use bounded::{relattn, tree, Outcome};
 use std::fs;

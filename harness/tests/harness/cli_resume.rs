@@ -3,7 +3,7 @@
 //! every trial exactly once and the verdicts of an uninterrupted run; a run into an --out that
 //! holds a report refuses without --resume.
 
-mod common;
+use crate::common;
 use common::{relattn, text};
 use std::collections::BTreeMap;
 use std::path::Path;

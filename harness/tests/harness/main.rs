@@ -1,0 +1,21 @@
+//! The `relattn` commands run as a user runs them, bad inputs, the CI configuration and a run's
+//! verdicts with a stand-in GPU (one test binary keeps link time low).
+
+#[path = "../bounded/mod.rs"]
+mod bounded;
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_inputs;
+mod ci_config;
+mod cli_bench;
+mod cli_exec;
+mod cli_judge;
+mod cli_matrix;
+mod cli_reference;
+mod cli_report;
+mod cli_resume;
+mod cli_route;
+mod cli_run;
+mod cli_worker;
+mod gpu_verdicts;
