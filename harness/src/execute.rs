@@ -128,8 +128,12 @@ impl CaseStore {
                 .0
                 .clone()
         };
+        self.build(&cell, case).clone()
+    }
+
+    /// The cell's case, built from the disk cache or generated on first use.
+    fn build<'c>(&self, cell: &'c CaseCell, case: &Case) -> &'c Result<Arc<CaseData>, String> {
         cell.get_or_init(|| CaseData::cached(case, self.disk.as_ref()).map(Arc::new))
-            .clone()
     }
 
     /// Build the case and both references ahead of its trials (a device thread prepares the
@@ -143,8 +147,7 @@ impl CaseStore {
                 None => return,
             }
         };
-        let built = cell.get_or_init(|| CaseData::cached(case, self.disk.as_ref()).map(Arc::new));
-        if let Ok(data) = built {
+        if let Ok(data) = self.build(&cell, case) {
             let _ = (data.ref64(), data.ref_lp());
         }
     }

@@ -241,7 +241,6 @@ pub fn run_with(
             Default::default(),
         )
     };
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let started = Instant::now();
     let bar = ProgressBar::with_draw_target(
         Some(session.trials.len() as u64),
@@ -254,23 +253,22 @@ pub fn run_with(
     );
     let mut write_error = None;
     let failures = writer.dir().join("failures");
-    for r in writer.rows() {
-        *counts.entry(r.status.as_str()).or_default() += 1;
-    }
     bar.inc(done.len() as u64);
     {
+        // The tally holds the run's counts, a resumed run's earlier rows included.
         let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
         t.phase = "trials";
         t.total = session.trials.len();
         t.resumed = done.len();
-        t.counts = counts.clone();
+        for r in writer.rows() {
+            *t.counts.entry(r.status.as_str()).or_default() += 1;
+        }
         t.trials_started = Some(Instant::now());
     }
     execute_all(&session, &done, Some(&failures), |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
-        *counts.entry(row.status.as_str()).or_default() += 1;
         {
             let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
             t.done += 1;
@@ -321,7 +319,13 @@ pub fn run_with(
     }
     let summary = writer.finish()?;
     eprintln!("relattn run: time: {}", split.line());
-    let line: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let line: Vec<String> = tally
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .counts
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
     eprintln!(
         "relattn run: {} in {:.1}s; report in {}",
         line.join(", "),
