@@ -8,7 +8,7 @@ use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
     compile, compile_arch, compile_check, nvrtc_version, CompilePlan, Compiled, DeviceProblem, Gpu,
-    GpuError, Loaded, Mutant, Splits, Variant, CHECK_ARCHS,
+    GpuError, Loaded, Mutant, Repeats, Splits, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reports::{CompileCheck, Environment};
@@ -149,7 +149,7 @@ impl Runner for RealExecutor {
                 padding_intact: run.padding_intact,
                 counters_left: run.counters_left,
                 ms: Some(run.ms as f64),
-                ms_all: Vec::new(),
+                ms_all: run.warm_ms.into_iter().map(f64::from).collect(),
                 num_splits: run.num_splits,
                 kernels: run.kernels,
             }),
@@ -215,5 +215,5 @@ fn run_on(
         }
     };
     let (_, dp) = w.current.as_ref().expect("uploaded above");
-    gpu.run(loaded, dp, path, splits)
+    gpu.run_timed(loaded, dp, path, splits, Repeats::TRIAL)
 }

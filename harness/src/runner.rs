@@ -67,9 +67,11 @@ pub struct RunOutput {
     pub padding_intact: bool,
     /// Decode counters the launch left non-zero (each must be reset for the next launch).
     pub counters_left: usize,
-    /// Time of the run in milliseconds: one launch, or the median of `Timing::reps`.
+    /// Time of the run in milliseconds: the median of the timed launches (`ms_all`), or the one
+    /// launch when none was repeated.
     pub ms: Option<f64>,
-    /// Every timed launch (empty without `Timing`).
+    /// Every timed launch: a worker's `Timing::reps`, the native paths' warm repeats (empty when
+    /// the run was one launch).
     pub ms_all: Vec<f64>,
     pub num_splits: usize,
     /// Kernels launched (native) or a description of what ran (workers).

@@ -62,6 +62,12 @@ __device__ __forceinline__ float scale_scores(bool far, float scale2, const unsi
 // the multiplies are skipped then (x * 1 == x, so the result is the same). Every thread of the
 // warp must call this.
 template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], const float (&alpha)[2]) {
+    if (MUTANT(22)) {  // the planted defect keeps the accumulator in bf16 between tiles
+#pragma unroll
+        for (int n = 0; n < NO; ++n)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) o[n][k] = to_f32(from_f32<bf16>(o[n][k]));
+    }
     if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
     for (int n = 0; n < NO; ++n) {
@@ -924,7 +930,9 @@ __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
 #else
         using Products = SyncProducts<T>;
 #endif
-        if (c.r.q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
+        // The planted defect picks the loop from request 0's q_len for every request.
+        const int q_len = MUTANT(23) ? p.cu_seqlens_q[1] - p.cu_seqlens_q[0] : c.r.q_len;
+        if (q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
         else if constexpr (WINDOWED && Row::REL_ROWS) window_block<T, Row>(p, c, smem);
 #endif

@@ -8,8 +8,8 @@
 
 use rayon::prelude::*;
 use relattn_kernels::gpu::{
-    compile, compile_check, plan_launches, run_path, CompilePlan, Geometry, Gpu, GpuError, GpuRun,
-    Loaded, Mutant, Splits, Stage, Variant, CHECK_ARCHS,
+    compile, compile_check, plan_launches, run_path, run_path_timed, CompilePlan, Geometry, Gpu,
+    GpuError, GpuRun, Loaded, Mutant, Repeats, Splits, Stage, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
@@ -441,6 +441,23 @@ fn decode_merges_are_right_and_deterministic() {
             "launch {launch} differs from launch 0"
         );
     }
+    // A trial's warm repeats on the same buffers (counters reset by the kernel): the judged
+    // output is still the first launch's, the time their median.
+    let timed = run_path_timed(
+        &gpu,
+        &loaded,
+        &dp,
+        PathId::Fallback,
+        Splits::Policy,
+        Repeats::TRIAL,
+    )
+    .unwrap();
+    assert!(bits(&timed) == bits(&first));
+    assert_eq!(timed.counters_left, 0);
+    assert!(!timed.warm_ms.is_empty() && timed.warm_ms.len() <= Repeats::TRIAL.warm_launches);
+    let mut sorted = timed.warm_ms.clone();
+    sorted.sort_by(f32::total_cmp);
+    assert!(timed.ms >= sorted[0] && timed.ms <= sorted[sorted.len() - 1]);
 }
 
 /// The fallback decode entry at the edges of its shapes: a group of 16 heads (the most one

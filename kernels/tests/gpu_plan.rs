@@ -162,7 +162,7 @@ fn cache_keys_change_with_every_input() {
 #[test]
 fn mutants_are_distinct_and_planted_where_they_apply() {
     let defines: Vec<u32> = Mutant::ALL.iter().map(|m| m.define()).collect();
-    assert_eq!(defines, (1..=21).collect::<Vec<_>>());
+    assert_eq!(defines, (1..=23).collect::<Vec<_>>());
     assert!(Mutant::ALL.len() >= 20);
     for m in Mutant::ALL {
         assert_eq!(m.as_str().parse::<Mutant>().unwrap(), m);
@@ -196,6 +196,8 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
         (Mutant::BlockTableRowZero, all.clone()),
         (Mutant::UnmaskedKeysLoaded, all.clone()),
         (Mutant::BiasTimesScale, all.clone()),
+        (Mutant::Bf16Accumulator, all.clone()),
+        (Mutant::DispatchOnFirstRequest, all.clone()),
         (Mutant::EmptySplitPublished, vec![PathId::ShearedBias]),
         (
             Mutant::Fp16NegInfBits,

@@ -47,7 +47,7 @@ pub use peaks::{
     Timing,
 };
 pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
-pub use run::{run_path, GpuRun};
+pub use run::{run_path, run_path_timed, GpuRun, Repeats};
 pub use source::{
     entries, entry_name, files, own_file, program_name, program_source, Stage, DTYPES, SHARED,
 };

@@ -59,10 +59,16 @@ pub enum Mutant {
     PiecesNoRescale,
     /// The query blocks multiply the bias by the softmax scale.
     BiasTimesScale,
+    /// The output accumulator is rounded to bf16 after every KV tile (bf16 accumulation).
+    Bf16Accumulator,
+    /// Every CTA picks the single-query loop from request 0's q_len: a batch whose decodes come
+    /// before a prefill (SPEC 5 class 8's 8 x decode + 1 prefill) runs the prefill's rows as
+    /// decode rows.
+    DispatchOnFirstRequest,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::RelIndexMinusOne,
         Mutant::BiasAtExtent,
         Mutant::LocalRowBias,
@@ -84,6 +90,8 @@ impl Mutant {
         Mutant::UnmaskedKeysLoaded,
         Mutant::PiecesNoRescale,
         Mutant::BiasTimesScale,
+        Mutant::Bf16Accumulator,
+        Mutant::DispatchOnFirstRequest,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -109,10 +117,12 @@ impl Mutant {
             Mutant::UnmaskedKeysLoaded => "unmasked_keys_loaded",
             Mutant::PiecesNoRescale => "pieces_no_rescale",
             Mutant::BiasTimesScale => "bias_times_scale",
+            Mutant::Bf16Accumulator => "bf16_accumulator",
+            Mutant::DispatchOnFirstRequest => "dispatch_on_first_request",
         }
     }
 
-    /// The value of `RELATTN_MUTANT` that plants this defect (1..=21).
+    /// The value of `RELATTN_MUTANT` that plants this defect (1..=23).
     pub fn define(self) -> u32 {
         match self {
             Mutant::RelIndexMinusOne => 1,
@@ -136,6 +146,8 @@ impl Mutant {
             Mutant::UnmaskedKeysLoaded => 19,
             Mutant::PiecesNoRescale => 20,
             Mutant::BiasTimesScale => 21,
+            Mutant::Bf16Accumulator => 22,
+            Mutant::DispatchOnFirstRequest => 23,
         }
     }
 
@@ -186,6 +198,10 @@ impl Mutant {
             Mutant::UnmaskedKeysLoaded => "a tile straddling the window start or the last key, over poisoned slots",
             Mutant::PiecesNoRescale => "split decode whose splits are cut into pieces with different LSEs",
             Mutant::BiasTimesScale => "query blocks (q_len > 1) with a bias on a tile within E",
+            Mutant::Bf16Accumulator => "a row whose keys span many KV tiles (long context)",
+            Mutant::DispatchOnFirstRequest => {
+                "a batch of decodes followed by a prefill in one launch (a warm-up shape)"
+            }
         }
     }
 }
@@ -206,7 +222,7 @@ impl FromStr for Mutant {
             .ok_or_else(|| {
                 let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.as_str()).collect();
                 format!(
-                    "unknown mutant `{s}`: expected 1..=21 or one of {}",
+                    "unknown mutant `{s}`: expected 1..=23 or one of {}",
                     names.join(", ")
                 )
             })

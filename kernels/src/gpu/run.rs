@@ -11,6 +11,7 @@ use super::launch_plan::{
     Splits, CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
 };
 use super::params::Params;
+use super::peaks::Timing;
 use super::source::Stage;
 use super::upload::{bits_at, unwritten_bits, DeviceProblem};
 use crate::routing::PathId;
@@ -31,8 +32,14 @@ pub struct GpuRun {
     /// Decode counters (`ws_count`) left non-zero after the launches: the kernel must reset
     /// every one, or the next launch on the same workspace would merge too early or never.
     pub counters_left: usize,
-    /// CUDA-event time of the path's launches (prologue and combine included), in ms.
+    /// CUDA-event time of the path's launches (prologue and combine included), in ms: the
+    /// median of the warm repeats when `Repeats` asked for them and they ran, else the first
+    /// (cold) launch's.
     pub ms: f32,
+    /// The first launch's time, in ms (the one whose output is judged).
+    pub cold_ms: f32,
+    /// The times of the warm repeats, in ms (empty when none ran).
+    pub warm_ms: Vec<f32>,
     pub num_splits: usize,
     /// Kernels launched, in order.
     pub kernels: Vec<String>,
@@ -59,15 +66,53 @@ fn ptr<T>(gpu: &Gpu, buf: &CudaSlice<T>) -> u64 {
     p
 }
 
-/// Run `path` on `problem` with `splits`. Before the launches, real rows of `out` are poisoned
-/// with a NaN pattern, padding rows with a sentinel, and workspaces with NaN; after them the
-/// padding is compared bit for bit and unwritten real elements are counted.
+/// How a run is timed beyond its first launch: up to `warm_launches` repeats of the whole plan
+/// on the same buffers, stopping once they have taken `budget_ms` of GPU time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Repeats {
+    pub warm_launches: usize,
+    pub budget_ms: f32,
+}
+
+impl Repeats {
+    /// One launch, timed cold (what `bench` wants: it takes its own samples).
+    pub const COLD: Repeats = Repeats {
+        warm_launches: 0,
+        budget_ms: 0.0,
+    };
+    /// A trial's timing: the first launch is the warm-up and the one judged; the reported time
+    /// is the median of up to 5 repeats, bounded to about 20 ms of GPU time per trial so a tier
+    /// of thousands of trials keeps its wall time.
+    pub const TRIAL: Repeats = Repeats {
+        warm_launches: 5,
+        budget_ms: 20.0,
+    };
+}
+
+/// Run `path` on `problem` with `splits`, timed from its one (cold) launch.
 pub fn run_path(
     gpu: &Gpu,
     loaded: &Loaded,
     problem: &DeviceProblem,
     path: PathId,
     splits: Splits,
+) -> Result<GpuRun, GpuError> {
+    run_path_timed(gpu, loaded, problem, path, splits, Repeats::COLD)
+}
+
+/// Run `path` on `problem` with `splits`. Before the launches, real rows of `out` are poisoned
+/// with a NaN pattern, padding rows with a sentinel, and workspaces with NaN; after them the
+/// padding is compared bit for bit and unwritten real elements are counted. Then, when `repeats`
+/// asks for it and the first launch left its counters at zero, the plan is launched again on
+/// the same buffers for the time alone (bounds-checked builds never repeat: they synchronise
+/// after every kernel, so their times mean nothing).
+pub fn run_path_timed(
+    gpu: &Gpu,
+    loaded: &Loaded,
+    problem: &DeviceProblem,
+    path: PathId,
+    splits: Splits,
+    repeats: Repeats,
 ) -> Result<GpuRun, GpuError> {
     if problem.device != gpu.index() {
         return Err(GpuError::Driver {
@@ -166,25 +211,31 @@ pub fn run_path(
         .ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(driver("creating an event"))?;
-    start.record(stream).map_err(driver("recording an event"))?;
-    let mut kernels = Vec::new();
-    for launch in &plan.launches {
-        let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
-        let dynamic = if launch.stage.is_attention() { smem } else { 0 };
-        ffi::launch(stream, func, launch.grid, CTA_THREADS, dynamic, &params)
-            .map_err(after_launch(&name))?;
-        if loaded.variant.bounds_check {
-            // Synchronise per kernel so a trap names the kernel that raised it.
-            stream.synchronize().map_err(after_launch(&name))?;
+    let launch_all = |kernels: &mut Vec<String>| -> Result<f32, GpuError> {
+        start.record(stream).map_err(driver("recording an event"))?;
+        kernels.clear();
+        for launch in &plan.launches {
+            let (name, func) = loaded.function(path, launch.stage, g.dtype)?;
+            let dynamic = if launch.stage.is_attention() { smem } else { 0 };
+            ffi::launch(stream, func, launch.grid, CTA_THREADS, dynamic, &params)
+                .map_err(after_launch(&name))?;
+            if loaded.variant.bounds_check {
+                // Synchronise per kernel so a trap names the kernel that raised it.
+                stream.synchronize().map_err(after_launch(&name))?;
+            }
+            kernels.push(name);
         }
-        kernels.push(name);
-    }
-    end.record(stream).map_err(driver("recording an event"))?;
+        end.record(stream).map_err(driver("recording an event"))?;
+        stream
+            .synchronize()
+            .map_err(after_launch(&kernels.join(", ")))?;
+        start
+            .elapsed_ms(&end)
+            .map_err(driver("reading the event timer"))
+    };
+    let mut kernels = Vec::new();
+    let cold_ms = launch_all(&mut kernels)?;
     let all = kernels.join(", ");
-    stream.synchronize().map_err(after_launch(&all))?;
-    let ms = start
-        .elapsed_ms(&end)
-        .map_err(driver("reading the event timer"))?;
 
     let bytes = stream.clone_dtoh(&out).map_err(after_launch(&all))?;
     // Read back only when a decode launch had counters (the buffer is a 1-element dummy else).
@@ -212,16 +263,40 @@ pub fn run_path(
             }
         }
     }
+    let out = problem.decode_out(out_bytes);
+    // Warm repeats, for the time alone: the output above is the first launch's.
+    let mut warm_ms = Vec::new();
+    if !loaded.variant.bounds_check && counters_left == 0 {
+        let mut spent = 0.0;
+        let mut again = Vec::new();
+        while warm_ms.len() < repeats.warm_launches && spent < repeats.budget_ms {
+            let ms = launch_all(&mut again)?;
+            spent += ms;
+            warm_ms.push(ms);
+        }
+    }
     Ok(GpuRun {
-        out: problem.decode_out(out_bytes),
+        out,
         padding_intact,
         counters_left,
         unwritten,
         first_unwritten,
-        ms,
+        ms: median(&warm_ms).unwrap_or(cold_ms),
+        cold_ms,
+        warm_ms,
         num_splits: plan.num_splits,
         kernels,
     })
+}
+
+/// The median of the finite times, in ms; None when there is none.
+fn median(times: &[f32]) -> Option<f32> {
+    let finite: Vec<f64> = times
+        .iter()
+        .filter(|t| t.is_finite())
+        .map(|&t| f64::from(t))
+        .collect();
+    Timing::of(&finite).map(|t| t.median_ms as f32)
 }
 
 /// A run's workspaces and their lengths in elements.
@@ -326,5 +401,30 @@ impl Gpu {
         splits: Splits,
     ) -> Result<GpuRun, GpuError> {
         run_path(self, loaded, problem, path, splits)
+    }
+
+    /// `run_path_timed` as a method.
+    pub fn run_timed(
+        &self,
+        loaded: &Loaded,
+        problem: &DeviceProblem,
+        path: PathId,
+        splits: Splits,
+        repeats: Repeats,
+    ) -> Result<GpuRun, GpuError> {
+        run_path_timed(self, loaded, problem, path, splits, repeats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_the_finite_times() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[f32::NAN]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, f32::INFINITY, 2.0, 3.0]), Some(2.5));
     }
 }
