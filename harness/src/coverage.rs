@@ -14,8 +14,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// The dtypes the matrices run on GPU paths (fp32 is a rule of tiers/paths.toml).
-pub const DTYPES: [DType; 2] = [DType::Bf16, DType::F16];
+/// The dtypes the GPU paths are built for.
+pub use relattn_kernels::gpu::DTYPES;
 /// GQA groups of the SPEC's tables and beyond.
 pub const GROUPS: [usize; 5] = [1, 2, 4, 8, 16];
 

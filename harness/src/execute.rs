@@ -221,6 +221,28 @@ pub fn failure_text(row: &Row) -> String {
 
 /// Run one trial (not ignored) to a report row.
 pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix: &str) -> Row {
+    start_trial(trial, store, runners).finish(trial, store, runners, matrix)
+}
+
+/// Where a trial stands after `start_trial`: its row is complete but for the last touches, or
+/// its GPU run is done and the judge is left to do (on any thread: the case's references are
+/// computed already).
+pub enum Step {
+    Done { row: Row, started: Option<Instant> },
+    Ran(Box<Ran>),
+}
+
+/// A GPU trial's run, waiting for the judge.
+pub struct Ran {
+    row: Row,
+    started: Instant,
+    data: Arc<CaseData>,
+    result: Result<RunOutput, RunError>,
+}
+
+/// Start a trial: everything but the judging of a GPU run. A device thread hands the `Step` of
+/// a GPU trial to another thread to judge and finish, and runs the next trial meanwhile.
+pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> Step {
     let case_id = trial.case().map_or(String::new(), |c| c.id.clone());
     let mut row = Row::new(case_id, trial.name.clone(), trial.path(), Status::Pass);
     if let Some(case) = trial.case() {
@@ -234,7 +256,7 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
     if let Some(why) = &trial.ignore {
         row.status = Status::Skip;
         row.message = why.clone();
-        return row;
+        return Step::Done { row, started: None };
     }
     let started = Instant::now();
     match &trial.kind {
@@ -273,13 +295,17 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
                         timing: None,
                     };
                     let result = phases::time(Phase::Gpu, || runner.run(slot, &req));
-                    // The references first, so the judge's time is the judge's alone.
+                    // The references first, so the judge's time is the judge's alone (and a
+                    // judging thread never waits for a case being built).
                     if result.is_ok() {
                         let _ = (data.ref64(), data.ref_lp());
                     }
-                    phases::time(Phase::Judge, || {
-                        record_run(&mut row, case, &data, target, result)
-                    });
+                    return Step::Ran(Box::new(Ran {
+                        row,
+                        started,
+                        data,
+                        result,
+                    }));
                 }
                 (Err(e), _) => error(&mut row, e),
                 (_, None) => {
@@ -290,6 +316,52 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
             store.release(case);
         }
     }
+    Step::Done {
+        row,
+        started: Some(started),
+    }
+}
+
+impl Step {
+    /// Judge a GPU run (releasing its case) and give the row its wall time and, when it failed,
+    /// the command that reproduces it.
+    pub fn finish(
+        self,
+        trial: &Trial,
+        store: &CaseStore,
+        runners: &Runners<'_>,
+        matrix: &str,
+    ) -> Row {
+        let (mut row, started) = match self {
+            Step::Done { row, started: None } => return row,
+            Step::Done {
+                row,
+                started: Some(started),
+            } => (row, started),
+            Step::Ran(ran) => {
+                let Ran {
+                    mut row,
+                    started,
+                    data,
+                    result,
+                } = *ran;
+                if let TrialKind::Gpu { case, target, .. } = &trial.kind {
+                    phases::time(Phase::Judge, || {
+                        record_run(&mut row, case, &data, target, result)
+                    });
+                    drop(data);
+                    store.release(case);
+                }
+                (row, started)
+            }
+        };
+        finish_row(&mut row, started, trial, runners, matrix);
+        row
+    }
+}
+
+/// The last touches of a row: wall time, and for a failure the command that reproduces it.
+fn finish_row(row: &mut Row, started: Instant, trial: &Trial, runners: &Runners<'_>, matrix: &str) {
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     row.wall_ms = Some(wall_ms);
     if row.ms.is_none() && !matches!(trial.kind, TrialKind::Gpu { .. }) {
@@ -343,7 +415,6 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
         };
         row.message = format!("{}; reproduce: {cmd}", row.message);
     }
-    row
 }
 
 fn finish_check(row: &mut Row, result: Result<usize, String>) {

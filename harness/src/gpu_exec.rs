@@ -26,12 +26,13 @@ pub struct RealFactory {
     pub mutant: Option<Mutant>,
 }
 
-/// The compile-only check of every program, both builds, for every supported architecture
-/// (parallel; NVRTC's output cached on disk like every compile): `relattn compile-check`, and
-/// `relattn run` after its trials. Err when NVRTC cannot be loaded.
-pub fn compile_checks() -> Result<Vec<CompileCheck>, GpuError> {
+/// The compile-only check of every program, in the builds given, for every supported
+/// architecture (parallel on the current rayon pool; NVRTC's output cached on disk like every
+/// compile): `relattn compile-check` (both builds), and `relattn run` beside its trials (the
+/// plain build: the run compiled both for its own device). Err when NVRTC cannot be loaded.
+pub fn compile_checks(variants: &[Variant]) -> Result<Vec<CompileCheck>, GpuError> {
     let records = crate::phases::time(crate::phases::Phase::Compile, || {
-        compile_check(&CHECK_ARCHS, &[Variant::PLAIN, Variant::CHECKED])
+        compile_check(&CHECK_ARCHS, variants)
     })?;
     Ok(records
         .into_iter()

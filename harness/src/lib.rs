@@ -1,5 +1,6 @@
 //! relattn-harness: the `relattn` command's library part, shared with the `trials` test target.
 
+pub mod ahead;
 pub mod args;
 pub mod bench;
 pub mod case_by_id;

@@ -110,7 +110,6 @@ template <> __device__ __forceinline__ fp16 from_f32<fp16>(float x) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
     return r;
 }
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }

@@ -70,13 +70,6 @@ __device__ __forceinline__ RelCursor<T> rel_cursor(const Params& p, i64 rel_row,
     return {(const T*)p.rel + (rel_row + d0), d0};
 }
 
-template <class T> struct IsF32 {
-    static constexpr bool value = false;
-};
-template <> struct IsF32<float> {
-    static constexpr bool value = true;
-};
-
 // Tensor-core operations per 16-bit dtype: D += A * B on m16n8k16 fragments (fp32 accumulate) and
 // the packing of two fp32 values (rounded to nearest even) into one A-fragment register.
 template <class T> struct Tc;

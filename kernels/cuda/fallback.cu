@@ -228,10 +228,7 @@ __device__ void fallback_decode(const Params& p) {
 
 RELATTN_ENTRY(fallback_main_bf16, fallback_main, bf16)
 RELATTN_ENTRY(fallback_main_fp16, fallback_main, fp16)
-RELATTN_ENTRY(fallback_main_fp32, fallback_main, float)
 RELATTN_ENTRY(fallback_windowed_bf16, fallback_windowed, bf16)
 RELATTN_ENTRY(fallback_windowed_fp16, fallback_windowed, fp16)
-RELATTN_ENTRY(fallback_windowed_fp32, fallback_windowed, float)
 RELATTN_DECODE_ENTRY(fallback_decode_bf16, fallback_decode, bf16)
 RELATTN_DECODE_ENTRY(fallback_decode_fp16, fallback_decode, fp16)
-RELATTN_DECODE_ENTRY(fallback_decode_fp32, fallback_decode, float)

@@ -68,7 +68,5 @@ __device__ void score_mod_windowed(const Params& p) {
 
 RELATTN_ENTRY(score_mod_main_bf16, score_mod_main, bf16)
 RELATTN_ENTRY(score_mod_main_fp16, score_mod_main, fp16)
-RELATTN_ENTRY(score_mod_main_fp32, score_mod_main, float)
 RELATTN_ENTRY(score_mod_windowed_bf16, score_mod_windowed, bf16)
 RELATTN_ENTRY(score_mod_windowed_fp16, score_mod_windowed, fp16)
-RELATTN_ENTRY(score_mod_windowed_fp32, score_mod_windowed, float)

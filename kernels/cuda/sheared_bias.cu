@@ -57,19 +57,14 @@ __device__ void sheared_bias_prologue(const Params& p) {
 // Two adjacent slots (i even) of the sheared buffer.
 template <class T>
 __device__ __forceinline__ void ld_shear2(const Params& p, i64 i, float& x0, float& x1) {
-    if constexpr (IsF32<T>::value) {
-        x0 = ld_shear<T>(p, i);
-        x1 = ld_shear<T>(p, i + 1);
-    } else {
-        check_index(i, p.shear_size);
-        check_index(i + 1, p.shear_size);
-        const unsigned w = *(const unsigned*)((const unsigned short*)p.shear + i);
-        T lo, hi;
-        lo.bits = (unsigned short)(w & 0xffffu);
-        hi.bits = (unsigned short)(w >> 16);
-        x0 = to_f32(lo);
-        x1 = to_f32(hi);
-    }
+    check_index(i, p.shear_size);
+    check_index(i + 1, p.shear_size);
+    const unsigned w = *(const unsigned*)((const unsigned short*)p.shear + i);
+    T lo, hi;
+    lo.bits = (unsigned short)(w & 0xffffu);
+    hi.bits = (unsigned short)(w >> 16);
+    x0 = to_f32(lo);
+    x1 = to_f32(hi);
 }
 
 // A virtual row of the main kernel: its sheared row and where its slice starts.
@@ -147,10 +142,7 @@ __device__ void sheared_bias_combine(const Params& p) {
 
 RELATTN_ENTRY(sheared_bias_prologue_bf16, sheared_bias_prologue, bf16)
 RELATTN_ENTRY(sheared_bias_prologue_fp16, sheared_bias_prologue, fp16)
-RELATTN_ENTRY(sheared_bias_prologue_fp32, sheared_bias_prologue, float)
 RELATTN_ENTRY(sheared_bias_main_bf16, sheared_bias_main, bf16)
 RELATTN_ENTRY(sheared_bias_main_fp16, sheared_bias_main, fp16)
-RELATTN_ENTRY(sheared_bias_main_fp32, sheared_bias_main, float)
 RELATTN_ENTRY(sheared_bias_combine_bf16, sheared_bias_combine, bf16)
 RELATTN_ENTRY(sheared_bias_combine_fp16, sheared_bias_combine, fp16)
-RELATTN_ENTRY(sheared_bias_combine_fp32, sheared_bias_combine, float)

@@ -589,10 +589,7 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     }
     // Its query blocks get what the prefill's would.
     assert!(fallback_smem(&mixed, DEC_MIN_STAGES, WGMMA_ARCH) >= wg);
-    // fp32 runs the FMA loop, and G > 16 query blocks, even for q_len 1.
-    let mut fp32 = GenSpec::global(8, 2, vec![(1, 40)], 3);
-    fp32.dtype = DType::F32;
-    assert!(!has_single_query_ctas(&geometry(&fp32)));
+    // G > 16 runs query blocks, even for q_len 1.
     assert!(!has_single_query_ctas(&geometry(&GenSpec::global(
         32,
         1,
@@ -667,8 +664,23 @@ fn tensor_maps_describe_the_cache_only_where_the_sm90a_blocks_copy_through_them(
         assert_eq!(m.boxes, [64, 1, page as u32, 1]);
         assert_eq!(m.dims[2], page as u64);
     }
-    let mut f32_spec = spec(128, CacheLayout::NhdPacked);
-    f32_spec.dtype = DType::F32;
-    let g = geometry(&f32_spec);
-    assert_eq!(kv_map_shape(&g, &g.k, WGMMA_ARCH), None);
+}
+
+/// No kernel is built for fp32 (not an operator dtype): every path refuses it as unsupported.
+#[test]
+fn fp32_is_refused_by_every_path() {
+    let mut spec = GenSpec::global(8, 2, vec![(1, 40), (5, 60)], 3);
+    spec.dtype = DType::F32;
+    let g = geometry(&spec);
+    for path in PathId::ALL {
+        match plan_launches(path, &g, Splits::Policy) {
+            Err(GpuError::Unsupported { reason, .. }) => {
+                assert!(reason.contains("fp32"), "{path}: {reason}")
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+    assert!(relattn_kernels::gpu::entries(PathId::Fallback)
+        .iter()
+        .all(|e| !e.ends_with("_fp32")));
 }

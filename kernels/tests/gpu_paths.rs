@@ -70,9 +70,8 @@ fn cases() -> Vec<Case> {
     let mut fp16 = GenSpec::global(6, 3, vec![(9, 200), (40, 40)], 16);
     fp16.dtype = DType::F16;
     fp16.rel_extent = 128;
-    let mut fp32 = GenSpec::local(4, 1, 256, vec![(3, 600), (2, 2)], 17);
-    fp32.dtype = DType::F32;
-    fp32.padding_rows = 1;
+    let mut mqa = GenSpec::local(4, 1, 256, vec![(3, 600), (2, 2)], 17);
+    mqa.padding_rows = 1;
     vec![
         case("mixed_global_g8_page16_nhd", mixed),
         case("local_page128_hnd_tail33", local),
@@ -81,7 +80,7 @@ fn cases() -> Vec<Case> {
         case("all_zero_block_table", aliased),
         case("distinct_bias_global_e128", distinct),
         case("fp16_g2", fp16),
-        case("fp32_local_mqa", fp32),
+        case("local_mqa_padding", mqa),
     ]
 }
 

@@ -22,7 +22,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ));
     }
     let started = std::time::Instant::now();
-    let checks = crate::gpu_exec::compile_checks().map_err(|e| exit::no_gpu(e.to_string()))?;
+    let checks = crate::gpu_exec::compile_checks(&[gpu::Variant::PLAIN, gpu::Variant::CHECKED])
+        .map_err(|e| exit::no_gpu(e.to_string()))?;
     let failed: Vec<_> = checks.iter().filter(|c| !c.ok).collect();
     let text = if args.json {
         format!("{}\n", serde_json::to_string_pretty(&checks)?)

@@ -1,7 +1,8 @@
 //! `relattn run`: the main job. Routing checks for every architecture, the reference
 //! self-checks of the matrix and, with a usable GPU, the GPU trials; one report directory.
 
-use crate::execute::{failure_text, run_trial, CaseStore, Runners};
+use crate::ahead::Ahead;
+use crate::execute::{failure_text, run_trial, start_trial, CaseStore, Runners, Step};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
 use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
@@ -10,7 +11,8 @@ use crate::runner::Target;
 use crate::session::{ExecutorFactory, Session, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relattn_kernels::capability::{CapabilitySource, NvmlSource};
-use relattn_matrices::Shard;
+use relattn_kernels::gpu::Variant;
+use relattn_matrices::{Case, Shard};
 use relattn_reports::{Environment, ReportWriter, Row};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -77,6 +79,9 @@ pub struct Args {
 /// Set by the first SIGINT: no trial starts after it; the run writes an INCOMPLETE report.
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Threads judging the GPU runs of each device thread.
+const JUDGES_PER_DEVICE: usize = 2;
+
 fn stopping() -> bool {
     STOP.load(Ordering::SeqCst)
 }
@@ -117,6 +122,28 @@ fn factory(_args: &Args) -> crate::gpu_exec::RealFactory {
 /// a run with native GPU trials, unless `--no-compile-checks`.
 fn wants_compile_checks(args: &Args, native_gpu: bool) -> bool {
     native_gpu && !args.no_compile_checks
+}
+
+/// The compile checks of `run`: the plain build of every program for every architecture, on a
+/// pool of half the cores.
+fn run_compile_checks() -> Vec<relattn_reports::CompileCheck> {
+    let threads = (rayon::current_num_threads() / 2).max(1);
+    let checks = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|pool| {
+            pool.install(|| crate::gpu_exec::compile_checks(&[Variant::PLAIN]))
+                .map_err(|e| e.to_string())
+        });
+    checks.unwrap_or_else(|message| {
+        vec![relattn_reports::CompileCheck {
+            arch: "all".into(),
+            program: "every program".into(),
+            ok: false,
+            message,
+        }]
+    })
 }
 
 /// `run` with the capability source and executor factory given: a rejected device stops here
@@ -265,6 +292,11 @@ pub fn run_with(
         }
         t.trials_started = Some(Instant::now());
     }
+    // The compile-only checks of the other architectures run beside the trials, on half the
+    // cores, after the device's own programs were compiled (the session did that): the trials
+    // come first, the checks fill the cores the trials leave idle.
+    let checks = wants_compile_checks(&args, session.executor_ref().is_some())
+        .then(|| std::thread::spawn(run_compile_checks));
     execute_all(&session, &done, Some(&failures), |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
@@ -286,20 +318,18 @@ pub fn run_with(
         return Err(e.into());
     }
     bar.finish_and_clear();
-    // The compile-only checks of the other architectures come after the trials, so the device
-    // is busy first; their result counts like a failing trial.
-    if !stopping() && wants_compile_checks(&args, session.executor_ref().is_some()) {
+    // A failed compile check counts like a failing trial. An interrupted run does not wait for
+    // them (its report is INCOMPLETE anyway).
+    if let Some(checks) = checks.filter(|_| !stopping()) {
         tally.lock().unwrap_or_else(|e| e.into_inner()).phase = "compile checks";
-        let checks = match crate::gpu_exec::compile_checks() {
-            Ok(checks) => checks,
-            Err(e) => vec![relattn_reports::CompileCheck {
+        writer.environment_mut().compile_checks = checks.join().unwrap_or_else(|_| {
+            vec![relattn_reports::CompileCheck {
                 arch: "all".into(),
                 program: "every program".into(),
                 ok: false,
-                message: e.to_string(),
-            }],
-        };
-        writer.environment_mut().compile_checks = checks;
+                message: "the compile check panicked".into(),
+            }]
+        });
     }
     let split = crate::phases::split(run_started.elapsed().as_secs_f64());
     writer
@@ -383,38 +413,70 @@ fn execute_all(
             let id = t.case().map(|c| c.id.clone()).unwrap_or_default();
             by_case.entry(id).or_default().push(t);
         }
-        let queue = Arc::new(Mutex::new(by_case.into_values().collect::<VecDeque<_>>()));
+        let groups: Vec<Vec<Trial>> = by_case.into_values().collect();
+        // The queue's cases are generated and their references computed on CPU threads of
+        // their own, ahead of the device threads, so the GPU rarely waits (bounded in memory).
+        let cases: Vec<Arc<Case>> = groups
+            .iter()
+            .filter_map(|g| g.first().and_then(Trial::case).cloned())
+            .collect();
+        let (ahead, preparers) = Ahead::for_machine(cases);
+        let ahead = Arc::new(ahead);
+        let queue = Arc::new(Mutex::new(
+            groups.into_iter().enumerate().collect::<VecDeque<_>>(),
+        ));
         if let Some(exec) = session.executor_ref() {
-            for slot in 0..session.device_count() {
-                let (queue, tx, store, matrix) =
-                    (queue.clone(), tx.clone(), store.clone(), matrix.clone());
+            for _ in 0..preparers {
+                let (ahead, store) = (ahead.clone(), store.clone());
+                scope.spawn(move || ahead.work(&store, stopping));
+            }
+            // Device threads run the kernels and leave the judging to threads of their own
+            // (a short queue: a run waiting for its judge holds its output).
+            let (to_judge, judged) = mpsc::sync_channel::<(Trial, Step)>(2 * JUDGES_PER_DEVICE);
+            let judged = Arc::new(Mutex::new(judged));
+            for _ in 0..JUDGES_PER_DEVICE * session.device_count() {
+                let (judged, tx, store, matrix) =
+                    (judged.clone(), tx.clone(), store.clone(), matrix.clone());
                 scope.spawn(move || loop {
-                    let (next, after) = {
-                        let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                        let next = q.pop_front();
-                        let after = q.front().and_then(|g| g.first()).and_then(Trial::case);
-                        (next, after.cloned())
-                    };
-                    let Some(group) = next.filter(|_| !stopping()) else {
+                    let next = judged.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((t, step)) = next else {
                         break;
                     };
-                    let runners = Runners::native(Some((exec, slot)));
-                    // The next case is generated and its references computed on the CPU while
-                    // the GPU runs this one (one case ahead, so memory stays bounded).
-                    std::thread::scope(|ahead| {
-                        if let Some(case) = &after {
-                            let store = &store;
-                            ahead.spawn(move || store.prepare(case));
-                        }
-                        for t in &group {
-                            if stopping() {
-                                break;
-                            }
-                            let _ = tx.send(run_trial(t, &store, &runners, &matrix));
-                        }
-                    });
+                    let _ = tx.send(step.finish(&t, &store, &Runners::default(), &matrix));
                 });
             }
+            let mut devices = Vec::new();
+            for slot in 0..session.device_count() {
+                let (queue, to_judge, store, ahead) = (
+                    queue.clone(),
+                    to_judge.clone(),
+                    store.clone(),
+                    ahead.clone(),
+                );
+                devices.push(scope.spawn(move || loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some((index, group)) = next.filter(|_| !stopping()) else {
+                        break;
+                    };
+                    ahead.taken(index);
+                    let runners = Runners::native(Some((exec, slot)));
+                    for t in group {
+                        if stopping() {
+                            break;
+                        }
+                        let step = start_trial(&t, &store, &runners);
+                        let _ = to_judge.send((t, step));
+                    }
+                }));
+            }
+            drop(to_judge);
+            let ahead = ahead.clone();
+            scope.spawn(move || {
+                for d in devices {
+                    let _ = d.join();
+                }
+                ahead.finish();
+            });
         }
         for trials in per_worker {
             let (tx, store, matrix) = (tx.clone(), store.clone(), matrix.clone());

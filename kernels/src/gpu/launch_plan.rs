@@ -6,9 +6,8 @@
 
 use super::error::GpuError;
 use super::geometry::Geometry;
-use super::source::Stage;
+use super::source::{Stage, DTYPES};
 use crate::routing::{self, Capability, PathId};
-use relattn_reference::DType;
 use std::ops::Range;
 
 /// Virtual rows (query row x query head of one KV head's group) an attention CTA computes;
@@ -231,9 +230,9 @@ pub struct SmLimits {
 }
 
 /// Whether any attention CTA of this problem is a single-query CTA (a request with q_len 1,
-/// G <= 16, bf16 or fp16): the only CTAs that use the K/V ring (mirrors `run_cta`).
+/// G <= 16): the only CTAs that use the K/V ring (mirrors `run_cta`).
 pub fn has_single_query_ctas(g: &Geometry) -> bool {
-    g.dtype != DType::F32 && g.group() <= 16 && g.q_lens.contains(&1)
+    g.group() <= 16 && g.q_lens.contains(&1)
 }
 
 /// Whether the kernels may stage rel_logits in shared memory rather than gather it per cell: E a
@@ -360,6 +359,15 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             format!(
                 "head_dim {} (the kernels are built for D = {HEAD_DIM})",
                 g.head_dim
+            ),
+        ));
+    }
+    if !DTYPES.contains(&g.dtype) {
+        return Err(unsupported(
+            path,
+            format!(
+                "dtype {} (the kernels store q, K, V and rel_logits as bf16 or fp16)",
+                g.dtype
             ),
         ));
     }
