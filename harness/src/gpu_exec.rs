@@ -31,18 +31,30 @@ pub struct RealFactory {
 /// compile): `relattn compile-check` (both builds), and `relattn run` beside its trials (the
 /// plain build: the run compiled both for its own device). Err when NVRTC cannot be loaded.
 pub fn compile_checks(variants: &[Variant]) -> Result<Vec<CompileCheck>, GpuError> {
-    let records = crate::phases::time(crate::phases::Phase::Compile, || {
-        compile_check(&CHECK_ARCHS, variants)
-    })?;
-    Ok(records
+    Ok(check_records(&CHECK_ARCHS, variants)?
         .into_iter()
-        .map(|c| CompileCheck {
-            arch: c.arch,
-            program: format!("{} ({})", c.program, c.variant),
-            ok: c.ok,
-            message: c.message,
-        })
+        .map(report_check)
         .collect())
+}
+
+/// The compile-only check's records for `archs` (with the CUBINs).
+pub fn check_records(
+    archs: &[&str],
+    variants: &[Variant],
+) -> Result<Vec<relattn_kernels::gpu::CheckRecord>, GpuError> {
+    crate::phases::time(crate::phases::Phase::Compile, || {
+        compile_check(archs, variants)
+    })
+}
+
+/// A check record as a report lists it.
+pub fn report_check(c: relattn_kernels::gpu::CheckRecord) -> CompileCheck {
+    CompileCheck {
+        arch: c.arch,
+        program: format!("{} ({})", c.program, c.variant),
+        ok: c.ok,
+        message: c.message,
+    }
 }
 
 impl ExecutorFactory for RealFactory {

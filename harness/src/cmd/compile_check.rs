@@ -13,6 +13,14 @@ pub struct Args {
     /// Print every check as JSON (arch, program, ok, message) instead of a line per architecture.
     #[arg(long)]
     pub json: bool,
+    /// Only these architectures (comma-separated, e.g. sm_90a,sm_80) [default: every supported
+    /// one].
+    #[arg(long, value_name = "LIST")]
+    pub arch: Option<String>,
+    /// Write each CUBIN to DIR/ARCH/PROGRAM.BUILD.cubin, e.g. to check that a change of the
+    /// sources leaves the machine code as it was (`cmp -r` or `diff -r` of two such folders).
+    #[arg(long, value_name = "DIR")]
+    pub cubin_dir: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -22,8 +30,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ));
     }
     let started = std::time::Instant::now();
-    let checks = crate::gpu_exec::compile_checks(&[gpu::Variant::PLAIN, gpu::Variant::CHECKED])
-        .map_err(|e| exit::no_gpu(e.to_string()))?;
+    let archs: Vec<String> = match &args.arch {
+        None => gpu::CHECK_ARCHS.iter().map(|a| a.to_string()).collect(),
+        Some(list) => list.split(',').map(|a| a.trim().to_string()).collect(),
+    };
+    for a in &archs {
+        gpu::check_arch(a).map_err(|e| exit::usage(e.to_string()))?;
+    }
+    let archs: Vec<&str> = archs.iter().map(String::as_str).collect();
+    let records =
+        crate::gpu_exec::check_records(&archs, &[gpu::Variant::PLAIN, gpu::Variant::CHECKED])
+            .map_err(|e| exit::no_gpu(e.to_string()))?;
+    if let Some(dir) = &args.cubin_dir {
+        for r in &records {
+            let Some(cubin) = &r.cubin else { continue };
+            let at = dir.join(&r.arch);
+            std::fs::create_dir_all(&at)
+                .map_err(|e| exit::usage(format!("creating {}: {e}", at.display())))?;
+            let file = at.join(format!("{}.{}.cubin", r.program, r.variant));
+            std::fs::write(&file, cubin.as_slice())
+                .map_err(|e| exit::usage(format!("writing {}: {e}", file.display())))?;
+        }
+    }
+    let checks: Vec<relattn_reports::CompileCheck> =
+        records
+        .into_iter()
+        .map(crate::gpu_exec::report_check)
+        .collect();
     let failed: Vec<_> = checks.iter().filter(|c| !c.ok).collect();
     let text = if args.json {
         format!("{}\n", serde_json::to_string_pretty(&checks)?)

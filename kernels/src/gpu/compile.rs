@@ -43,6 +43,9 @@ pub struct CheckRecord {
     pub ok: bool,
     /// Empty on success; the NVRTC error and log otherwise.
     pub message: String,
+    /// The CUBIN on success (to compare builds: equal bytes, equal machine code).
+    #[serde(skip)]
+    pub cubin: Option<Arc<Vec<u8>>>,
 }
 
 /// Whether NVRTC can be loaded (all that compiling needs).
@@ -171,6 +174,7 @@ pub fn compile_check(archs: &[&str], variants: &[Variant]) -> Result<Vec<CheckRe
                 program: program.name.clone(),
                 variant: variant.label(),
                 ok: result.is_ok(),
+                cubin: result.as_ref().ok().map(|c| c.cubin.clone()),
                 message: result.err().map(|e| e.to_string()).unwrap_or_default(),
             }
         })
