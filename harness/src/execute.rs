@@ -228,7 +228,10 @@ pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix
 /// its GPU run is done and the judge is left to do (on any thread: the case's references are
 /// computed already).
 pub enum Step {
-    Done { row: Row, started: Option<Instant> },
+    Done {
+        row: Box<Row>,
+        started: Option<Instant>,
+    },
     Ran(Box<Ran>),
 }
 
@@ -256,7 +259,10 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
     if let Some(why) = &trial.ignore {
         row.status = Status::Skip;
         row.message = why.clone();
-        return Step::Done { row, started: None };
+        return Step::Done {
+            row: Box::new(row),
+            started: None,
+        };
     }
     let started = Instant::now();
     match &trial.kind {
@@ -317,7 +323,7 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
         }
     }
     Step::Done {
-        row,
+        row: Box::new(row),
         started: Some(started),
     }
 }
@@ -333,11 +339,11 @@ impl Step {
         matrix: &str,
     ) -> Row {
         let (mut row, started) = match self {
-            Step::Done { row, started: None } => return row,
+            Step::Done { row, started: None } => return *row,
             Step::Done {
                 row,
                 started: Some(started),
-            } => (row, started),
+            } => (*row, started),
             Step::Ran(ran) => {
                 let Ran {
                     mut row,

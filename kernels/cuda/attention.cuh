@@ -1,3 +1,5 @@
+#pragma once
+#include "cta.cuh"
 // The attention loops (part 3 of the shared device code, after cta.cuh): tensor-core query
 // blocks, single-query decode CTAs, the fp32 FMA loop, and the dispatch between them.
 
@@ -46,7 +48,7 @@ __device__ __forceinline__ float scale_scores(bool far, float scale2, const unsi
             for (int e = 0; e < 4; ++e) s[n][e] *= scale2;
         return 1.f;
     }
-    const float to_log2 = MUTANT(21) ? scale2 : LOG2E;  // the planted defect scales the bias too
+    const float to_log2 = LOG2E;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         s[n][0] = fmaf(s[n][0], scale2, Tc<T>::lo(x[n][0]) * to_log2);
@@ -62,12 +64,6 @@ __device__ __forceinline__ float scale_scores(bool far, float scale2, const unsi
 // the multiplies are skipped then (x * 1 == x, so the result is the same). Every thread of the
 // warp must call this.
 template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], const float (&alpha)[2]) {
-    if (MUTANT(22)) {  // the planted defect keeps the accumulator in bf16 between tiles
-#pragma unroll
-        for (int n = 0; n < NO; ++n)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) o[n][k] = to_f32(from_f32<bf16>(o[n][k]));
-    }
     if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
     for (int n = 0; n < NO; ++n) {
@@ -112,8 +108,8 @@ static_assert(QUERY_SMEM_BYTES_WG_WINDOW >= 4 * KEY_TILE * HEAD_DIM * 2 + REL_ST
 template <class T> __device__ __forceinline__ unsigned rel_cell(const Params& p, int d, unsigned raw) {
     const int wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
     const unsigned last = wl < 0 ? 0x7fffffffu : (unsigned)wl;  // the largest visible d
-    const bool visible = MUTANT(6) ? (unsigned)d < last : (unsigned)d <= last;
-    const bool in_extent = MUTANT(2) ? d <= E : d < E;
+    const bool visible = (unsigned)d <= last;
+    const bool in_extent = d < E;
     return visible ? (in_extent ? raw : 0u) : Tc<T>::NEG_INF_BITS;
 }
 
@@ -197,7 +193,7 @@ template <class T, class Row, bool MASKED> struct RelStage {
     template <int NT>
     __device__ __forceinline__ void read_masked(const Params& p, const Row& ra, const Row& rb, int warp, int g, int tq,
                                                 i64 kt, unsigned (&x)[NT][2]) const {
-        const int at = 2 * (63 - 2 * tq) - (MUTANT(1) ? 2 : 0);  // the planted defect reads d - 1
+        const int at = 2 * (63 - 2 * tq);
         const unsigned at_a = stage + (unsigned)((warp * 16 + g) * REL_STAGE_ROW + 2 * ((ra.pos + 1) & 7) + at);
         const unsigned at_b = stage + (unsigned)((warp * 16 + g + 8) * REL_STAGE_ROW + 2 * ((rb.pos + 1) & 7) + at);
         const int da = ra.pos - (int)kt - 2 * tq, db = rb.pos - (int)kt - 2 * tq;  // d of the thread's first cell
@@ -675,13 +671,12 @@ __device__ __forceinline__ void staged_decode_cells(const Params& p, const Cta& 
                                                     unsigned bs, float& x0, float& x1) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3;
     const int D = row.pos - (int)kt - 16 * warp, d = D - 8 * n - 2 * tq, j = (int)kt + 16 * warp + 8 * n + 2 * tq;
-    // The cell's element; with planted defect 1 the one before it (d - 1); with defect 2 (d == E
-    // taken as inside the extent) element E - 1 for that cell, as the gathers read it.
+    // The cell's element.
     const unsigned at =
-        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)) - (MUTANT(1) ? 2 : 0));
+        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)));
     const int E = clamp_i32(p.E);
-    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at - (MUTANT(2) && d == E ? 2 : 0)));
-    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2 - (MUTANT(2) && d - 1 == E ? 2 : 0)));
+    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at));
+    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
     T v0, v1;
     v0.bits = (unsigned short)b0;
     v1.bits = (unsigned short)b1;
@@ -927,8 +922,7 @@ __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
 #else
     using Products = SyncProducts<T>;
 #endif
-    // The planted defect picks the loop from request 0's q_len for every request.
-    const int q_len = MUTANT(23) ? p.cu_seqlens_q[1] - p.cu_seqlens_q[0] : c.r.q_len;
+    const int q_len = c.r.q_len;
     if (q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     else if constexpr (WINDOWED && Row::REL_ROWS) window_block<T, Row>(p, c, smem);

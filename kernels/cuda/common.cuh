@@ -1,12 +1,12 @@
-// Device code shared by every relattn program. The Rust side prepends this file to each path's
-// source before NVRTC compiles it: NVRTC on the target machines has no toolkit headers, so no
-// program includes anything. bf16 and fp16 travel as 16-bit patterns and are converted by bit
-// operations and inline PTX.
+#pragma once
+// Device code shared by every relattn program (the first header: cta.cuh includes it). NVRTC gets
+// the project's headers in memory (`gpu::source`); it has no toolkit headers on the target
+// machines, so nothing else is included. bf16 and fp16 travel as 16-bit patterns and are
+// converted by bit operations and inline PTX.
 //
 // Compile-time switches:
 //   RELATTN_BOUNDS_CHECK  every global index is checked against its tensor's size; __trap() on
 //                         violation (the CUDA context is dead afterwards).
-//   RELATTN_MUTANT=n      plants planted defect n (see gpu::Mutant on the Rust side); 0 = none.
 //
 // Organisation shared by the three paths' attention kernels. A CTA (THREADS = 4 warps) owns
 // MMA_ROWS "virtual rows" of one request and one KV head: virtual row vr is query row
@@ -15,13 +15,8 @@
 // tiles; each path supplies a row type (its bias and masks) and the kernel entry that picks
 // the CTA's rows and keys. bf16/fp16 run on tensor cores (mma.sync m16n8k16, ldmatrix,
 // cp.async; wgmma on sm_90a): `query_block` for query blocks, `mma_decode` for single-query
-// CTAs (q_len 1, G <= 16) where bandwidth is all that matters; fp32 keeps the FMA loop
-// (`fma_cta`).
-
-#ifndef RELATTN_MUTANT
-#define RELATTN_MUTANT 0
-#endif
-#define MUTANT(n) (RELATTN_MUTANT == (n))
+// CTAs (q_len 1, G <= 16) where bandwidth is all that matters; decode groups of G > 16 keep an
+// FMA loop (`fma_cta`).
 
 typedef long long i64;
 
@@ -188,7 +183,7 @@ template <class T> __device__ __forceinline__ void st_shear(const Params& p, i64
 }
 __device__ __forceinline__ i64 ld_block(const Params& p, i64 i) {
     check_index(i, p.bt_size);
-    return p.block_table[MUTANT(18) ? i % p.bt_stride : i];
+    return p.block_table[i];
 }
 __device__ __forceinline__ i64 ld_cu(const Params& p, i64 b) {
     check_index(b, p.B + 1);
@@ -392,9 +387,9 @@ __device__ __forceinline__ void combine_row(const Params& p, i64 t, i64 h, NonEm
     for (i64 s0 = 0; s0 < p.num_splits; s0 += THREADS) {
         const i64 s = s0 + c;
         float w = -1.f;
-        if (s < p.num_splits && (MUTANT(12) || nonempty(s))) {
+        if (s < p.num_splits && nonempty(s)) {
             const float e = ld_ws_lse(p, (s * p.T + t) * p.H + h) - m;
-            w = MUTANT(5) ? 1.f : expf(MUTANT(11) ? fmaxf(e, -4.f) : e);
+            w = expf(e);
         }
         __syncthreads();  // the previous chunk's weights are read
         wgt[c] = w;

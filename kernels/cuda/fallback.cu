@@ -1,3 +1,4 @@
+#include "attention.cuh"
 // fallback path (the Ampere/Ada route): the generic tiled kernel, where one program is a block of
 // query rows x all G query heads of one KV head (K/V staged once for the whole group), plus the
 // two-stage split-KV decode kernel of SPEC section 4.3 (its merge done by each group's last CTA).
@@ -12,9 +13,9 @@ struct FallbackRow : RowBase {
     static constexpr bool REL_ROWS = true;  // the bias is rel_logits[t, h, d] (`RelStage`)
     __device__ __forceinline__ FallbackRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
-        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : MUTANT(15) ? c.kvh * 8 + g : c.kvh * p.G + g);
-        rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
-        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + (MUTANT(16) ? c.kvh : h)) * p.E;
+        place(p, c, vr, c.kvh * p.G + g);
+        rel_ok = in_block && (i < c.r.q_len);
+        rel_row = (t * p.H + h) * p.E;
     }
     using Cursor = RelCursor<T>;
     __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }
@@ -22,16 +23,12 @@ struct FallbackRow : RowBase {
     // -inf where the causal or window mask hides the key.
     __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
         const int d = cu.d0 - x, wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
-        const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
+        const bool in_window = wl < 0 || d <= wl;
         const bool visible = valid && d >= 0 && in_window;
         float b = 0.f;
-        if (rel_ok && d >= 0 && (MUTANT(2) ? d <= E : d < E)) {
-            if (MUTANT(1) || MUTANT(2)) {
-                b = ld_rel<T>(p, rel_row + min(MUTANT(1) ? max(d - 1, 0) : d, E - 1));
-            } else {
-                check_index(rel_row + d, p.rel_size);
-                b = to_f32(cu.at[-x]);
-            }
+        if (rel_ok && d >= 0 && d < E) {
+            check_index(rel_row + d, p.rel_size);
+            b = to_f32(cu.at[-x]);
         }
         return visible ? b : neg_inf();
     }
@@ -116,7 +113,7 @@ __device__ __forceinline__ bool last_to_finish(const Params& p, i64 i, i64 n) {
     if (threadIdx.x == 0) {
         check_index(i, p.ws_count_size);
         last = atomicAdd(p.ws_count + i, 1u) + 1 == (unsigned)n;
-        if (last && !MUTANT(8)) p.ws_count[i] = 0u;
+        if (last) p.ws_count[i] = 0u;
     }
     last = __syncthreads_or(last);
     if (last) __threadfence();
@@ -163,7 +160,7 @@ __device__ void merge_group(const Params& p, const Cta& c, i64 first, i64 n, i64
             for (int k = 0; k < 8; ++k) {
                 if (s0 + k < n) {
                     const float e = lse[k] - m;
-                    const float w = (MUTANT(5) || (MUTANT(20) && to_slot >= 0)) ? 1.f : expf(MUTANT(11) ? fmaxf(e, -4.f) : e);
+                    const float w = expf(e);
 #pragma unroll
                     for (int j = 0; j < 8; ++j) acc[j] = fmaf(w, v[k][j], acc[j]);
                     wsum += w;

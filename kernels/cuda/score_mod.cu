@@ -1,3 +1,4 @@
+#include "attention.cuh"
 // score_mod path (the Hopper route): a tiled flash forward where the bias is gathered per score
 // element as rel_logits[t, h, clamp(d, 0, E - 1)] and selected to 0 outside [0, E).
 // No split-KV: the whole key range of a CTA is one online softmax.
@@ -13,9 +14,9 @@ struct ScoreModRow : RowBase {
     static constexpr bool REL_ROWS = true;  // the bias is rel_logits[t, h, d] (`RelStage`)
     __device__ __forceinline__ ScoreModRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
-        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : MUTANT(15) ? c.kvh * 8 + g : c.kvh * p.G + g);
-        rel_ok = in_block && (MUTANT(7) ? i <= c.r.q_len : i < c.r.q_len);
-        rel_row = ((MUTANT(3) ? (i64)i : t) * p.H + (MUTANT(16) ? c.kvh : h)) * p.E;
+        place(p, c, vr, c.kvh * p.G + g);
+        rel_ok = in_block && (i < c.r.q_len);
+        rel_row = (t * p.H + h) * p.E;
     }
     using Cursor = RelCursor<T>;
     __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }
@@ -24,18 +25,14 @@ struct ScoreModRow : RowBase {
     // there the clamped index is d itself.
     __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
         const int d = cu.d0 - x, wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
-        const bool in_window = wl < 0 || (MUTANT(6) ? d < wl : d <= wl);
+        const bool in_window = wl < 0 || d <= wl;
         const bool visible = valid && d >= 0 && in_window;
-        const bool in_extent = d >= 0 && (MUTANT(2) ? d <= E : d < E);
-        const int dc = min(max(MUTANT(1) ? d - 1 : d, 0), E - 1);
+        const bool in_extent = d >= 0 && d < E;
+        const int dc = min(max(d, 0), E - 1);
         float gathered = 0.f;
         if (rel_ok && in_extent) {
-            if (MUTANT(1) || MUTANT(2)) {
-                gathered = ld_rel<T>(p, rel_row + dc);
-            } else {
-                check_index(rel_row + dc, p.rel_size);
-                gathered = to_f32(cu.at[-x]);
-            }
+            check_index(rel_row + dc, p.rel_size);
+            gathered = to_f32(cu.at[-x]);
         }
         const float b = in_extent ? gathered : 0.f;
         return visible ? b : neg_inf();

@@ -1,3 +1,4 @@
+#include "attention.cuh"
 // sheared_bias path (the Blackwell datacenter route).
 //
 // Prologue: for each real query row t and head h, the sheared bias row holds, for the 128-key
@@ -36,17 +37,17 @@ __device__ void sheared_bias_prologue(const Params& p) {
     for (int rr = 0; rr < ROWS; ++rr) {
         const i64 i = i0 + rr;
         const bool valid = i < r.q_len;
-        const bool rel_ok = MUTANT(7) ? i <= r.q_len : valid;
+        const bool rel_ok = valid;
         if (!valid && !rel_ok) break;  // uniform; later rows are past the request too
         const i64 t = r.q_start + i;
-        const i64 pos = MUTANT(17) ? i : r.prefix() + i;
+        const i64 pos = r.prefix() + i;
         const i64 base = shear_base(p, pos);
-        const i64 rel_row = ((MUTANT(3) ? i : t) * p.H + (MUTANT(16) ? h / p.G : h)) * p.E;
+        const i64 rel_row = (t * p.H + h) * p.E;
         for (int k = threadIdx.x; k < width; k += THREADS) {
             const i64 d = pos - (base + k);
-            const bool in_window = !local || (MUTANT(6) ? d < p.window_left : d <= p.window_left);
-            const bool in_extent = d >= 0 && (MUTANT(2) ? d <= p.E : d < p.E);
-            const i64 di = imin(MUTANT(1) ? imax(d - 1, 0) : d, p.E - 1);
+            const bool in_window = !local || d <= p.window_left;
+            const bool in_extent = d >= 0 && d < p.E;
+            const i64 di = imin(d, p.E - 1);
             const float rel = (rel_ok && in_extent) ? ld_rel<T>(p, rel_row + di) : 0.f;
             const float v = (d < 0 || !in_window) ? neg_inf() : (in_extent ? rel : 0.f);
             if (valid) st_shear<T>(p, (t * p.H + h) * width + k, v);
@@ -75,7 +76,7 @@ struct ShearedRow : RowBase {
     static constexpr bool REL_ROWS = false;  // the bias comes from the sheared buffer
     __device__ __forceinline__ ShearedRow(const Params& p, const Cta& c, int vr) {
         const i64 g = vr % (int)p.G;
-        place(p, c, vr, MUTANT(4) ? g * p.Hkv + c.kvh : MUTANT(15) ? c.kvh * 8 + g : c.kvh * p.G + g);
+        place(p, c, vr, c.kvh * p.G + g);
         base = (int)shear_base(p, pos);
         shear_row = (t * p.H + h) * p.shear_width;
     }

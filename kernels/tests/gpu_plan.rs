@@ -12,11 +12,30 @@ fn all_files() -> Vec<(&'static str, &'static str)> {
 }
 
 #[test]
-fn sources_include_nothing() {
+fn sources_include_only_the_project_headers() {
+    let headers: Vec<&str> = gpu::SHARED.iter().map(|(name, _)| *name).collect();
     for (name, text) in all_files() {
+        for line in text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("#include"))
+        {
+            let included = line.split('"').nth(1).unwrap_or("");
+            assert!(
+                headers.contains(&included),
+                "{name}: `{line}`: NVRTC has no toolkit headers on the target machines, only ours"
+            );
+        }
+    }
+    // Each file includes what it uses: a path's file the attention loops, those the CTA, the CTA
+    // the basics.
+    for path in PathId::ALL {
+        assert!(own_file(path).1.starts_with("#include \"attention.cuh\"\n"));
+    }
+    for (name, first) in [("attention.cuh", "cta.cuh"), ("cta.cuh", "common.cuh")] {
+        let text = gpu::SHARED.iter().find(|(n, _)| *n == name).unwrap().1;
         assert!(
-            !text.contains("#include"),
-            "{name} includes a header; NVRTC has none on the target machines"
+            text.starts_with(&format!("#pragma once\n#include \"{first}\"\n")),
+            "{name}"
         );
     }
 }
@@ -60,10 +79,11 @@ fn plan_options_follow_the_variant() {
     assert_eq!(plain.programs.len(), 3);
     for p in &plain.programs {
         assert_eq!(p.options, ["-arch=sm_90", "--std=c++17", "-default-device"]);
-        assert!(
-            p.source.starts_with(gpu::files(p.path)[0].1),
-            "common.cuh comes first"
-        );
+        // The path's own file, which includes the shared headers NVRTC gets in memory.
+        assert_eq!(p.source, gpu::own_file(p.path).1);
+        assert!(p.source.starts_with("#include \"attention.cuh\""));
+        let names: Vec<&str> = p.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["common.cuh", "cta.cuh", "attention.cuh"]);
         assert_eq!(p.entries, gpu::entries(p.path));
         assert!(!p
             .options
@@ -83,9 +103,13 @@ fn plan_options_follow_the_variant() {
             "--std=c++17",
             "-default-device",
             "-DRELATTN_BOUNDS_CHECK",
-            "-DRELATTN_MUTANT=4"
         ]
     );
+    // The defect is an edit of the program's sources, not a define.
+    let edited = &Mutant::KvHeadModulo.patches()[0];
+    assert_eq!(edited.file, "fallback.cu");
+    assert!(checked.programs[0].source.contains(edited.to));
+    assert!(!own_file(PathId::Fallback).1.contains(edited.to));
     assert_eq!(v.label(), "checked+kv_head_modulo");
 }
 
@@ -133,7 +157,12 @@ fn cache_keys_change_with_every_input() {
         base.cache_key("sm_90", (13, 1)),
         plan("sm_90", Variant::CHECKED).cache_key("sm_90", (13, 0)),
     ];
-    for m in Mutant::ALL {
+    // Every defect planted in score_mod's program (defects only of other paths' files leave
+    // it as it is, so it shares the plain build's key and CUBIN).
+    for m in Mutant::ALL
+        .into_iter()
+        .filter(|m| m.paths().contains(&PathId::ScoreMod))
+    {
         others.push(
             plan(
                 "sm_90",
@@ -148,6 +177,9 @@ fn cache_keys_change_with_every_input() {
     let mut edited = base.clone();
     edited.source.push(' ');
     others.push(edited.cache_key("sm_90", (13, 0)));
+    let mut header_edited = base.clone();
+    header_edited.headers[0].1.push(' ');
+    others.push(header_edited.cache_key("sm_90", (13, 0)));
     let mut all = others.clone();
     all.push(key.clone());
     all.sort();
@@ -167,13 +199,49 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
     for m in Mutant::ALL {
         assert_eq!(m.as_str().parse::<Mutant>().unwrap(), m);
         assert_eq!(m.define().to_string().parse::<Mutant>().unwrap(), m);
-        let token = format!("MUTANT({})", m.define());
-        let in_shared = gpu::SHARED.iter().any(|(_, text)| text.contains(&token));
-        let owners: Vec<PathId> = PathId::ALL
-            .into_iter()
-            .filter(|&path| own_file(path).1.contains(&token))
-            .collect();
-        assert!(in_shared || !owners.is_empty(), "{m} is planted nowhere");
+        // Every edit matches its file once, and the files it edits name the paths it is on.
+        let shared: Vec<&str> = gpu::SHARED.iter().map(|(n, _)| *n).collect();
+        let mut in_shared = false;
+        let mut owners: Vec<PathId> = Vec::new();
+        assert!(!m.patches().is_empty(), "{m} is planted nowhere");
+        for patch in m.patches() {
+            let text = match gpu::SHARED.iter().find(|(n, _)| *n == patch.file) {
+                Some((_, t)) => *t,
+                None => {
+                    let path = PathId::ALL
+                        .into_iter()
+                        .find(|&p| own_file(p).0 == patch.file)
+                        .unwrap_or_else(|| panic!("{m}: no file {}", patch.file));
+                    owners.push(path);
+                    own_file(path).1
+                }
+            };
+            in_shared |= shared.contains(&patch.file);
+            assert_eq!(text.matches(patch.from).count(), 1, "{m}: {}", patch.file);
+            assert_ne!(patch.from, patch.to, "{m}");
+        }
+        owners.sort();
+        owners.dedup();
+        for path in PathId::ALL {
+            // A planted program differs from the plain one exactly on the defect's paths.
+            let plain = CompilePlan::new("sm_90", Variant::PLAIN, &[path]).unwrap();
+            let planted = CompilePlan::new(
+                "sm_90",
+                Variant {
+                    bounds_check: false,
+                    mutant: Some(m),
+                },
+                &[path],
+            )
+            .unwrap();
+            let differs = plain.programs[0].cache_key("sm_90", (13, 0))
+                != planted.programs[0].cache_key("sm_90", (13, 0));
+            assert_eq!(
+                differs,
+                m.paths().contains(&path) || in_shared,
+                "{m} on {path}"
+            );
+        }
         if in_shared {
             // Shared code runs on every path that calls it: a path's own file may hold more.
             assert!(
@@ -181,7 +249,9 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
                 "{m}: {owners:?}"
             );
         } else {
-            assert_eq!(owners, m.paths(), "{m}: planted in these paths' files only");
+            let mut want = m.paths().to_vec();
+            want.sort();
+            assert_eq!(owners, want, "{m}: planted in these paths' files only");
         }
         assert!(!m.exposed_by().is_empty());
     }
@@ -222,7 +292,9 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
         .map(|(_, t)| *t)
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(common.contains("MUTANT(12)") && common.contains("MUTANT(14)"));
+    for m in [Mutant::EmptySplitPublished, Mutant::Fp16NegInfBits] {
+        assert!(m.patches().iter().all(|p| common.contains(p.from)), "{m}");
+    }
     for path in PathId::ALL {
         let own = own_file(path).1;
         assert_eq!(
@@ -239,7 +311,12 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
     // The combines: sheared_bias's lives in the shared combine_row, fallback's in its own merge.
     for m in [Mutant::CombineNoRescale, Mutant::CombineClamped] {
         let (_, fallback) = own_file(PathId::Fallback);
-        assert!(fallback.contains(&format!("MUTANT({})", m.define())), "{m}");
+        assert!(
+            m.patches()
+                .iter()
+                .any(|p| p.file == "fallback.cu" && fallback.contains(p.from)),
+            "{m}"
+        );
         assert!(own_file(PathId::ShearedBias).1.contains("combine_row<T>("));
     }
     assert!("24".parse::<Mutant>().is_err());

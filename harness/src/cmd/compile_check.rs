@@ -24,12 +24,6 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !gpu::nvrtc_available() {
-        return Err(exit::no_gpu(
-            "NVRTC cannot be loaded (libnvrtc of CUDA 13): the compile check needs it, a GPU it does not",
-        ));
-    }
-    let started = std::time::Instant::now();
     let archs: Vec<String> = match &args.arch {
         None => gpu::CHECK_ARCHS.iter().map(|a| a.to_string()).collect(),
         Some(list) => list.split(',').map(|a| a.trim().to_string()).collect(),
@@ -37,6 +31,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for a in &archs {
         gpu::check_arch(a).map_err(|e| exit::usage(e.to_string()))?;
     }
+    if !gpu::nvrtc_available() {
+        return Err(exit::no_gpu(
+            "NVRTC cannot be loaded (libnvrtc of CUDA 13): the compile check needs it, a GPU it does not",
+        ));
+    }
+    let started = std::time::Instant::now();
     let archs: Vec<&str> = archs.iter().map(String::as_str).collect();
     let records =
         crate::gpu_exec::check_records(&archs, &[gpu::Variant::PLAIN, gpu::Variant::CHECKED])
@@ -52,8 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(|e| exit::usage(format!("writing {}: {e}", file.display())))?;
         }
     }
-    let checks: Vec<relattn_reports::CompileCheck> =
-        records
+    let checks: Vec<relattn_reports::CompileCheck> = records
         .into_iter()
         .map(crate::gpu_exec::report_check)
         .collect();

@@ -1,4 +1,4 @@
-//! `relattn mutants`: build the kernels with each planted defect (`RELATTN_MUTANT`) and check
+//! `relattn mutants`: build the kernels with each planted defect (`gpu::Mutant::patches`) and check
 //! that the matrix catches it on every path whose kernels contain it. Each (defect, path) stops
 //! at its first failing trial; cheap cases run first. Exit 1 if any defect survives.
 

@@ -165,3 +165,12 @@ fn compile_check_without_nvrtc_exits_3_with_one_message() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn compile_check_refuses_a_bad_architecture_before_compiling() {
+    let out = relattn(&["compile-check", "--arch", "sm_90a,gfx90a"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("gfx90a"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}

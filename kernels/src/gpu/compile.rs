@@ -111,21 +111,21 @@ fn compile_one(
     version: (i32, i32),
 ) -> Result<CompiledProgram, GpuError> {
     let key = p.cache_key(arch, version);
-    let cubin = match cached(&key) {
-        Some(c) => c,
-        None => {
-            let bytes = ffi::compile_cubin(&p.name, &p.source, &p.options).map_err(|log| {
-                GpuError::Nvrtc {
-                    program: p.name.clone(),
-                    arch: arch.to_string(),
-                    log,
-                }
-            })?;
-            let bytes = Arc::new(bytes);
-            store(&key, &bytes);
-            bytes
-        }
-    };
+    let cubin =
+        match cached(&key) {
+            Some(c) => c,
+            None => {
+                let bytes = ffi::compile_cubin(&p.name, &p.source, &p.headers, &p.options)
+                    .map_err(|log| GpuError::Nvrtc {
+                        program: p.name.clone(),
+                        arch: arch.to_string(),
+                        log,
+                    })?;
+                let bytes = Arc::new(bytes);
+                store(&key, &bytes);
+                bytes
+            }
+        };
     Ok(CompiledProgram {
         path: p.path,
         name: p.name.clone(),

@@ -25,6 +25,13 @@ pub enum GpuError {
         arch: String,
         log: String,
     },
+    /// A planted defect's edit does not match the sources once (the sources changed under it).
+    #[error("planted defect {mutant}: its edit of {file} matches {matches} time(s) instead of once: update gpu::mutant_patches")]
+    BadPatch {
+        mutant: String,
+        file: String,
+        matches: usize,
+    },
     /// A CUDA driver call failed.
     #[error("CUDA driver call failed while {what}: {source}")]
     Driver {

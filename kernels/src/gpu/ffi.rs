@@ -53,12 +53,35 @@ pub(crate) fn driver_version() -> Result<i32, DriverError> {
 pub(crate) fn compile_cubin(
     name: &str,
     source: &str,
+    headers: &[(String, String)],
     options: &[String],
 ) -> Result<Vec<u8>, String> {
-    let src = CString::new(source).map_err(|_| "source contains a NUL byte".to_string())?;
-    let cname = CString::new(name).map_err(|_| "program name contains a NUL byte".to_string())?;
-    let prog = nvrtc::result::create_program(&src, Some(&cname))
-        .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
+    let nul = |what: &str| format!("{what} contains a NUL byte");
+    let src = CString::new(source).map_err(|_| nul("source"))?;
+    let cname = CString::new(name).map_err(|_| nul("program name"))?;
+    let mut texts = Vec::with_capacity(headers.len());
+    let mut names = Vec::with_capacity(headers.len());
+    for (include, text) in headers {
+        names.push(CString::new(include.as_str()).map_err(|_| nul("a header name"))?);
+        texts.push(CString::new(text.as_str()).map_err(|_| nul(include))?);
+    }
+    let text_ptrs: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let mut prog: nvrtc::sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer is to a NUL-terminated string alive until this function returns
+    // (NVRTC copies them into the program); the two arrays have `headers.len()` entries each.
+    unsafe {
+        nvrtc::sys::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            cname.as_ptr(),
+            headers.len() as i32,
+            text_ptrs.as_ptr(),
+            name_ptrs.as_ptr(),
+        )
+    }
+    .result()
+    .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
     // SAFETY: `prog` was just created and is destroyed only at the end of this function; `src` and
     // `cname` outlive it.
     let compiled = unsafe { nvrtc::result::compile_program(prog, options) };

@@ -16,6 +16,7 @@ mod ffi;
 mod geometry;
 mod launch_plan;
 mod mutant;
+mod mutant_patches;
 mod params;
 mod peaks;
 mod plan;
@@ -40,7 +41,7 @@ pub use launch_plan::{
     QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW, SHEARED_POLICY_ARCH, SHEAR_TILE, SMEM_ALIGN,
     WGMMA_ARCH,
 };
-pub use mutant::Mutant;
+pub use mutant::{Mutant, Patch};
 pub use params::{c_struct_fields, Params, TensorMap, FIELDS as PARAM_FIELDS, PARAMS_BYTES};
 pub use peaks::{
     measure_copy, measure_gemm, measure_peaks, CopyPeak, GemmPeak, PeakError, PeakOptions, Peaks,

@@ -1,5 +1,6 @@
-//! Planted defects (`RELATTN_MUTANT`): each is one line of the kernels, switched on at compile time,
-//! so a harness can prove its matrices catch the bug classes of SPEC section 5.
+//! Planted defects: each is a small edit of the kernel sources (`patches`), applied by the compile
+//! plan to a copy of the sources, so a harness can prove its matrices catch the bug classes of
+//! SPEC section 5 while the production sources hold no trace of them.
 
 #![deny(unsafe_code)]
 
@@ -11,7 +12,16 @@ const ALL_PATHS: &[PathId] = &[PathId::ShearedBias, PathId::ScoreMod, PathId::Fa
 /// The paths with a split combine: sheared_bias's combine and the fallback decode's merge.
 const COMBINE_PATHS: &[PathId] = &[PathId::ShearedBias, PathId::Fallback];
 
-/// One planted defect. `define()` is the value of `-DRELATTN_MUTANT`.
+/// One edit of a planted defect: in `file` (a path's `.cu` or a shared header), the production
+/// text `from`, found exactly once, becomes `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patch {
+    pub file: &'static str,
+    pub from: &'static str,
+    pub to: &'static str,
+}
+
+/// One planted defect. `define()` is its number (1..=23), as `relattn mutants --only` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mutant {
     /// The bias index is `d - 1` instead of `d`.
@@ -122,7 +132,6 @@ impl Mutant {
         }
     }
 
-    /// The value of `RELATTN_MUTANT` that plants this defect (1..=23).
     pub fn define(self) -> u32 {
         match self {
             Mutant::RelIndexMinusOne => 1,
@@ -149,6 +158,11 @@ impl Mutant {
             Mutant::Bf16Accumulator => 22,
             Mutant::DispatchOnFirstRequest => 23,
         }
+    }
+
+    /// The edits that plant the defect.
+    pub fn patches(self) -> &'static [Patch] {
+        super::mutant_patches::patches_of(self)
     }
 
     /// The paths whose kernels contain the defect's line.

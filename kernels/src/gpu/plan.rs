@@ -19,7 +19,7 @@ pub const CHECK_ARCHS: [&str; 9] = [
 pub struct Variant {
     /// `-DRELATTN_BOUNDS_CHECK`: every global index is checked; a violation traps.
     pub bounds_check: bool,
-    /// `-DRELATTN_MUTANT=n`: plant one defect.
+    /// Plant one defect: its edits (`Mutant::patches`) applied to the program's sources.
     pub mutant: Option<Mutant>,
 }
 
@@ -53,19 +53,29 @@ pub struct ProgramBuild {
     pub path: PathId,
     /// Name in NVRTC logs, e.g. `sheared_bias.cu`.
     pub name: String,
+    /// The path's own file.
     pub source: String,
+    /// The headers it includes, as (include name, text), given to NVRTC in memory.
+    pub headers: Vec<(String, String)>,
     pub options: Vec<String>,
     /// Kernels the program must define.
     pub entries: Vec<String>,
 }
 
 impl ProgramBuild {
-    /// sha256 over source, options, arch and NVRTC version: a change to any of them is a new key.
+    /// sha256 over source, headers, options, arch and NVRTC version: a change to any of them is
+    /// a new key.
     pub fn cache_key(&self, arch: &str, nvrtc_version: (i32, i32)) -> String {
         let mut h = Sha256::new();
+        let headers: Vec<&str> = self
+            .headers
+            .iter()
+            .flat_map(|(name, text)| [name.as_str(), text.as_str()])
+            .collect();
         for part in [
-            "relattn-cubin-v1",
+            "relattn-cubin-v2",
             &self.source,
+            &headers.join("\u{1f}"),
             &self.options.join("\u{1f}"),
             arch,
             &format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1),
@@ -97,14 +107,22 @@ impl CompilePlan {
         }
         let programs = seen
             .into_iter()
-            .map(|path| ProgramBuild {
-                path,
-                name: source::program_name(path),
-                source: source::program_source(path),
-                options: options(arch, variant),
-                entries: source::entries(path),
+            .map(|path| {
+                let mut source = source::program_source(path);
+                let mut headers = source::headers();
+                if let Some(m) = variant.mutant {
+                    plant(m, path, &mut source, &mut headers)?;
+                }
+                Ok(ProgramBuild {
+                    path,
+                    name: source::program_name(path),
+                    source,
+                    headers,
+                    options: options(arch, variant),
+                    entries: source::entries(path),
+                })
             })
-            .collect();
+            .collect::<Result<_, GpuError>>()?;
         Ok(CompilePlan {
             arch: arch.to_string(),
             variant,
@@ -118,7 +136,7 @@ impl CompilePlan {
     }
 }
 
-/// NVRTC options of a build. No include path: the sources include nothing.
+/// NVRTC options of a build. No include path: the sources include only the in-memory headers.
 pub fn options(arch: &str, variant: Variant) -> Vec<String> {
     let mut o = vec![
         format!("-arch={arch}"),
@@ -128,10 +146,37 @@ pub fn options(arch: &str, variant: Variant) -> Vec<String> {
     if variant.bounds_check {
         o.push("-DRELATTN_BOUNDS_CHECK".to_string());
     }
-    if let Some(m) = variant.mutant {
-        o.push(format!("-DRELATTN_MUTANT={}", m.define()));
-    }
     o
+}
+
+/// Apply the edits of planted defect `m` to path `path`'s sources (its own file and the headers);
+/// edits of other paths' files are not this program's.
+fn plant(
+    m: Mutant,
+    path: PathId,
+    source: &mut String,
+    headers: &mut [(String, String)],
+) -> Result<(), GpuError> {
+    let own = source::own_file(path).0;
+    for patch in m.patches() {
+        let text = if patch.file == own {
+            &mut *source
+        } else if let Some((_, text)) = headers.iter_mut().find(|(name, _)| name == patch.file) {
+            text
+        } else {
+            continue;
+        };
+        let matches = text.matches(patch.from).count();
+        if matches != 1 {
+            return Err(GpuError::BadPatch {
+                mutant: m.to_string(),
+                file: patch.file.to_string(),
+                matches,
+            });
+        }
+        *text = text.replacen(patch.from, patch.to, 1);
+    }
+    Ok(())
 }
 
 /// `sm_` followed by digits and an optional letter suffix (`sm_90a`, `sm_100f`).

@@ -1,8 +1,8 @@
 //! The CUDA C sources (real files under `kernels/cuda/`, embedded) and the names of their entries.
 //!
-//! One NVRTC program per path: the shared device code (`common.cuh`, `cta.cuh`, `attention.cuh`,
-//! in that order) followed by the path's `.cu` file. Entries are
-//! `extern "C"` kernels named `{path}_{stage}_{dtype}`.
+//! One NVRTC program per path: the path's `.cu` file, which `#include`s the shared device code
+//! (`attention.cuh`, which includes `cta.cuh`, which includes `common.cuh`), handed to NVRTC as
+//! in-memory headers. Entries are `extern "C"` kernels named `{path}_{stage}_{dtype}`.
 
 #![deny(unsafe_code)]
 
@@ -38,11 +38,18 @@ pub fn own_file(path: PathId) -> (&'static str, &'static str) {
     *files(path).last().expect("a path has its own file")
 }
 
-/// The full text NVRTC compiles for a path.
+/// The text NVRTC compiles for a path: the path's own file, which includes the shared headers
+/// (`headers()`, given to NVRTC in memory).
 pub fn program_source(path: PathId) -> String {
-    let shared: String = SHARED.iter().map(|(_, text)| *text).collect();
-    let (name, own) = own_file(path);
-    format!("{shared}\n// ---- {name} ----\n{own}")
+    own_file(path).1.to_string()
+}
+
+/// The headers a program may include, as (include name, text).
+pub fn headers() -> Vec<(String, String)> {
+    SHARED
+        .iter()
+        .map(|(name, text)| (name.to_string(), text.to_string()))
+        .collect()
 }
 
 /// The program's name in NVRTC logs and errors.

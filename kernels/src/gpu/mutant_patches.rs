@@ -1,0 +1,407 @@
+//! The source edits of each planted defect (`Mutant::patches`).
+
+use super::mutant::{Mutant, Patch};
+
+/// The edits that plant each defect, generated from the CUDA sources once and kept by hand
+/// since: each `from` must occur exactly once in its file (a test checks it).
+pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
+    match m {
+        Mutant::RelIndexMinusOne => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"            check_index(rel_row + d, p.rel_size);
+            b = to_f32(cu.at[-x]);
+"#,
+                to: r#"            b = ld_rel<T>(p, rel_row + min(max(d - 1, 0), E - 1));
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"            check_index(rel_row + dc, p.rel_size);
+            gathered = to_f32(cu.at[-x]);
+"#,
+                to: r#"            gathered = ld_rel<T>(p, rel_row + dc);
+"#,
+            },
+            Patch {
+                file: "attention.cuh",
+                from: r#"        const int at = 2 * (63 - 2 * tq);
+"#,
+                to: r#"        const int at = 2 * (63 - 2 * tq) - 2;
+"#,
+            },
+            Patch {
+                file: "attention.cuh",
+                from: r#"        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)));
+"#,
+                to: r#"        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)) - 2);
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        const int dc = min(max(d, 0), E - 1);
+"#,
+                to: r#"        const int dc = min(max(d - 1, 0), E - 1);
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"            const i64 di = imin(d, p.E - 1);
+"#,
+                to: r#"            const i64 di = imin(imax(d - 1, 0), p.E - 1);
+"#,
+            },
+        ],
+        Mutant::BiasAtExtent => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"            check_index(rel_row + d, p.rel_size);
+            b = to_f32(cu.at[-x]);
+"#,
+                to: r#"            b = ld_rel<T>(p, rel_row + min(d, E - 1));
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"            check_index(rel_row + dc, p.rel_size);
+            gathered = to_f32(cu.at[-x]);
+"#,
+                to: r#"            gathered = ld_rel<T>(p, rel_row + dc);
+"#,
+            },
+            Patch {
+                file: "attention.cuh",
+                from: r#"    const bool in_extent = d < E;
+"#,
+                to: r#"    const bool in_extent = d <= E;
+"#,
+            },
+            Patch {
+                file: "attention.cuh",
+                from: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at));
+"#,
+                to: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at - (d == E ? 2 : 0)));
+"#,
+            },
+            Patch {
+                file: "attention.cuh",
+                from: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
+"#,
+                to: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2 - (d - 1 == E ? 2 : 0)));
+"#,
+            },
+            Patch {
+                file: "fallback.cu",
+                from: r#"        if (rel_ok && d >= 0 && d < E) {
+"#,
+                to: r#"        if (rel_ok && d >= 0 && d <= E) {
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        const bool in_extent = d >= 0 && d < E;
+"#,
+                to: r#"        const bool in_extent = d >= 0 && d <= E;
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"            const bool in_extent = d >= 0 && d < p.E;
+"#,
+                to: r#"            const bool in_extent = d >= 0 && d <= p.E;
+"#,
+            },
+        ],
+        Mutant::LocalRowBias => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"        rel_row = (t * p.H + h) * p.E;
+"#,
+                to: r#"        rel_row = ((i64)i * p.H + h) * p.E;
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        rel_row = (t * p.H + h) * p.E;
+"#,
+                to: r#"        rel_row = ((i64)i * p.H + h) * p.E;
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"        const i64 rel_row = (t * p.H + h) * p.E;
+"#,
+                to: r#"        const i64 rel_row = (i * p.H + h) * p.E;
+"#,
+            },
+        ],
+        Mutant::KvHeadModulo => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"        place(p, c, vr, c.kvh * p.G + g);
+"#,
+                to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        place(p, c, vr, c.kvh * p.G + g);
+"#,
+                to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"        place(p, c, vr, c.kvh * p.G + g);
+"#,
+                to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
+"#,
+            },
+        ],
+        Mutant::CombineNoRescale => &[
+            Patch {
+                file: "common.cuh",
+                from: r#"            w = expf(e);
+"#,
+                to: r#"            w = 1.f;
+"#,
+            },
+            Patch {
+                file: "fallback.cu",
+                from: r#"                    const float w = expf(e);
+"#,
+                to: r#"                    const float w = 1.f;
+"#,
+            },
+        ],
+        Mutant::WindowStrict => &[
+            Patch {
+                file: "attention.cuh",
+                from: r#"    const bool visible = (unsigned)d <= last;
+"#,
+                to: r#"    const bool visible = (unsigned)d < last;
+"#,
+            },
+            Patch {
+                file: "fallback.cu",
+                from: r#"        const bool in_window = wl < 0 || d <= wl;
+"#,
+                to: r#"        const bool in_window = wl < 0 || d < wl;
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        const bool in_window = wl < 0 || d <= wl;
+"#,
+                to: r#"        const bool in_window = wl < 0 || d < wl;
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"            const bool in_window = !local || d <= p.window_left;
+"#,
+                to: r#"            const bool in_window = !local || d < p.window_left;
+"#,
+            },
+        ],
+        Mutant::RelRowPastEnd => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"        rel_ok = in_block && (i < c.r.q_len);
+"#,
+                to: r#"        rel_ok = in_block && (i <= c.r.q_len);
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        rel_ok = in_block && (i < c.r.q_len);
+"#,
+                to: r#"        rel_ok = in_block && (i <= c.r.q_len);
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"        const bool rel_ok = valid;
+"#,
+                to: r#"        const bool rel_ok = i <= r.q_len;
+"#,
+            },
+        ],
+        Mutant::CounterNotReset => &[Patch {
+            file: "fallback.cu",
+            from: r#"        if (last) p.ws_count[i] = 0u;
+"#,
+            to: r#"        if (false) p.ws_count[i] = 0u;
+"#,
+        }],
+        Mutant::SoftmaxReset => &[Patch {
+            file: "cta.cuh",
+            from: r#"        alpha[r] = fast_exp2(drop);
+"#,
+            to: r#"        alpha[r] = 0.f;
+"#,
+        }],
+        Mutant::RescaleClamped => &[Patch {
+            file: "cta.cuh",
+            from: r#"        alpha[r] = fast_exp2(drop);
+"#,
+            to: r#"        alpha[r] = fast_exp2(fmaxf(drop, -8.f));
+"#,
+        }],
+        Mutant::CombineClamped => &[
+            Patch {
+                file: "common.cuh",
+                from: r#"            w = expf(e);
+"#,
+                to: r#"            w = expf(fmaxf(e, -4.f));
+"#,
+            },
+            Patch {
+                file: "fallback.cu",
+                from: r#"                    const float w = expf(e);
+"#,
+                to: r#"                    const float w = expf(fmaxf(e, -4.f));
+"#,
+            },
+        ],
+        Mutant::EmptySplitPublished => &[Patch {
+            file: "common.cuh",
+            from: r#"        if (s < p.num_splits && nonempty(s)) {
+"#,
+            to: r#"        if (s < p.num_splits && true) {
+"#,
+        }],
+        Mutant::WritesPaddingRows => &[Patch {
+            file: "cta.cuh",
+            from: r#"    if (!row.valid) return;
+"#,
+            to: r#"    if (!row.in_block) return;
+"#,
+        }],
+        Mutant::Fp16NegInfBits => &[Patch {
+            file: "cta.cuh",
+            from: r#"    static constexpr unsigned NEG_INF_BITS = 0xfc00u;
+"#,
+            to: r#"    static constexpr unsigned NEG_INF_BITS = 0xff80u;
+"#,
+        }],
+        Mutant::GroupFixedEight => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"        place(p, c, vr, c.kvh * p.G + g);
+"#,
+                to: r#"        place(p, c, vr, c.kvh * 8 + g);
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        place(p, c, vr, c.kvh * p.G + g);
+"#,
+                to: r#"        place(p, c, vr, c.kvh * 8 + g);
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"        place(p, c, vr, c.kvh * p.G + g);
+"#,
+                to: r#"        place(p, c, vr, c.kvh * 8 + g);
+"#,
+            },
+        ],
+        Mutant::BiasOfKvHead => &[
+            Patch {
+                file: "fallback.cu",
+                from: r#"        rel_row = (t * p.H + h) * p.E;
+"#,
+                to: r#"        rel_row = (t * p.H + c.kvh) * p.E;
+"#,
+            },
+            Patch {
+                file: "score_mod.cu",
+                from: r#"        rel_row = (t * p.H + h) * p.E;
+"#,
+                to: r#"        rel_row = (t * p.H + c.kvh) * p.E;
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"        const i64 rel_row = (t * p.H + h) * p.E;
+"#,
+                to: r#"        const i64 rel_row = (t * p.H + h / p.G) * p.E;
+"#,
+            },
+        ],
+        Mutant::PositionWithoutPrefix => &[
+            Patch {
+                file: "cta.cuh",
+                from: r#"        pos = (int)(c.r.prefix() + i);
+"#,
+                to: r#"        pos = (int)(i);
+"#,
+            },
+            Patch {
+                file: "sheared_bias.cu",
+                from: r#"        const i64 pos = r.prefix() + i;
+"#,
+                to: r#"        const i64 pos = i;
+"#,
+            },
+        ],
+        Mutant::BlockTableRowZero => &[Patch {
+            file: "common.cuh",
+            from: r#"    return p.block_table[i];
+"#,
+            to: r#"    return p.block_table[i % p.bt_stride];
+"#,
+        }],
+        Mutant::UnmaskedKeysLoaded => &[
+            Patch {
+                file: "cta.cuh",
+                from: r#"                t.block[k] = (off + Rows::STEP * k < span) ? t.block0 : -1;
+"#,
+                to: r#"                t.block[k] = (true) ? t.block0 : -1;
+"#,
+            },
+            Patch {
+                file: "cta.cuh",
+                from: r#"            t.block[k] = in ? (int)ld_block(p, row0 + page) : -1;
+"#,
+                to: r#"            t.block[k] = true ? (int)ld_block(p, row0 + page) : -1;
+"#,
+            },
+        ],
+        Mutant::PiecesNoRescale => &[Patch {
+            file: "fallback.cu",
+            from: r#"                    const float w = expf(e);
+"#,
+            to: r#"                    const float w = to_slot >= 0 ? 1.f : expf(e);
+"#,
+        }],
+        Mutant::BiasTimesScale => &[Patch {
+            file: "attention.cuh",
+            from: r#"    const float to_log2 = LOG2E;
+"#,
+            to: r#"    const float to_log2 = scale2;
+"#,
+        }],
+        Mutant::Bf16Accumulator => &[Patch {
+            file: "attention.cuh",
+            from: r#"    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+"#,
+            to: r#"    // The accumulator kept in bf16 between tiles.
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[n][k] = to_f32(from_f32<bf16>(o[n][k]));
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+"#,
+        }],
+        Mutant::DispatchOnFirstRequest => &[Patch {
+            file: "attention.cuh",
+            from: r#"    const int q_len = c.r.q_len;
+"#,
+            to: r#"    const int q_len = p.cu_seqlens_q[1] - p.cu_seqlens_q[0];
+"#,
+        }],
+    }
+}
