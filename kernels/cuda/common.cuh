@@ -20,49 +20,22 @@
 
 typedef long long i64;
 
-#define HEAD_DIM 128
-#define THREADS 128
-// A CTA computes ROWS "virtual rows" (a query row and a head) with LANES threads each.
+// The sizes the launch planning shares (HEAD_DIM, THREADS, MMA_ROWS, KEY_TILE, SHEAR_TILE,
+// KV_TMA_MIN_PAGE, the decode ring's and the shared-memory sizes) come from the Rust side.
+#include "constants.cuh"
+// A CTA of the FMA loop and the prologue computes ROWS "virtual rows" (a query row and a head)
+// with LANES threads each.
 #define ROWS 32
 #define LANES 4
 #define DIMS_PER_LANE (HEAD_DIM / LANES)
 // Keys staged through shared memory at a time.
 #define KCHUNK 32
-// Key tile of the sheared bias buffer and of sheared_bias splits.
-#define SHEAR_TILE 128
-// Virtual rows of a tensor-core CTA (16 per warp) and its key tiles.
-#define MMA_ROWS 64
-#define KEY_TILE 64
-// Smallest page whose whole tiles the sm_90a query blocks copy by TMA (a box per page and half
-// head dim: 8 per tile at this size).
-#define KV_TMA_MIN_PAGE 16
-// Single-query CTAs: tiles of DEC_TILE keys (K and V) in a ring of `Params::ring_stages`
-// shared-memory stages of DEC_STAGE_BYTES, between DEC_MIN_STAGES and DEC_MAX_STAGES (the
-// launcher sizes the dynamic shared memory for it).
+// Single-query CTAs: tiles of DEC_TILE keys (K and V) in the ring of DEC_STAGE_BYTES stages.
 #define DEC_TILE 64
-#define DEC_STAGE_BYTES 32768
-#define DEC_MIN_STAGES 2
-#define DEC_MAX_STAGES 6
-// Their Q tile (16 rows), in shared memory ahead of the ring.
-#define DEC_Q_BYTES 4096
 // The rel_logits chunks each ring stage's tile reads, when the decode entry stages them: 48
 // bytes per warp and row (`issue_decode_bias`), after the ring's K/V stages.
 #define DEC_BIAS_ROW 48
-#define DEC_BIAS_BYTES 3072
 static_assert(DEC_BIAS_BYTES == 4 * 16 * DEC_BIAS_ROW, "a bias region: 4 warps x 16 rows");
-// Attention CTAs take their shared memory dynamically: at least ATTN_SMEM_BYTES (the query
-// block's Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring and the decode
-// merge), plus SMEM_ALIGN bytes of slack so the kernel can align its tiles to SMEM_ALIGN.
-#define ATTN_SMEM_BYTES 75776
-#define SMEM_ALIGN 1024
-// Launches without single-query CTAs (no request with q_len 1, or G > 16, or fp32) need only the
-// query block's tiles: QUERY_SMEM_BYTES plus SMEM_ALIGN; the wgmma query blocks (sm_90a) also
-// stage rel_logits rows after their Q, K and V tiles, and keep the two mbarriers of their tensor
-// copies: QUERY_SMEM_BYTES_WG; those of windowed layers (`window_block`) a second V tile and a
-// third mbarrier: QUERY_SMEM_BYTES_WG_WINDOW.
-#define QUERY_SMEM_BYTES 49152
-#define QUERY_SMEM_BYTES_WG 58432
-#define QUERY_SMEM_BYTES_WG_WINDOW 74784
 static_assert(DEC_STAGE_BYTES == 2 * DEC_TILE * HEAD_DIM * 2, "a ring stage holds K and V of DEC_TILE keys");
 static_assert(DEC_TILE == 4 * 16, "each of the 4 warps of a decode CTA takes 16 keys of a tile");
 static_assert(QUERY_SMEM_BYTES >= 3 * KEY_TILE * HEAD_DIM * 2, "Q, K and V tiles of a query block fit");

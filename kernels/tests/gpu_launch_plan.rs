@@ -412,10 +412,14 @@ fn out_poison_marks_real_and_padding_rows() {
     }
 }
 
-/// The value of `#define NAME value` in common.cuh.
+/// The value of `#define NAME value` in the shared headers.
 fn c_define(name: &str) -> Option<usize> {
-    let common = files(PathId::ScoreMod)[0].1;
-    common.lines().find_map(|line| {
+    let shared: String = files(PathId::ScoreMod)
+        .iter()
+        .map(|(_, text)| *text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    shared.lines().find_map(|line| {
         let rest = line.strip_prefix("#define ")?.strip_prefix(name)?;
         rest.strip_prefix(' ')?.trim().parse().ok()
     })

@@ -83,7 +83,10 @@ fn plan_options_follow_the_variant() {
         assert_eq!(p.source, gpu::own_file(p.path).1);
         assert!(p.source.starts_with("#include \"attention.cuh\""));
         let names: Vec<&str> = p.headers.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["common.cuh", "cta.cuh", "attention.cuh"]);
+        assert_eq!(
+            names,
+            ["constants.cuh", "common.cuh", "cta.cuh", "attention.cuh"]
+        );
         assert_eq!(p.entries, gpu::entries(p.path));
         assert!(!p
             .options
@@ -337,8 +340,7 @@ fn params_mirror_the_c_struct() {
     assert_eq!(std::mem::offset_of!(Params, tma), 344);
     assert_eq!(std::mem::offset_of!(Params, tmap_k), 384);
     assert_eq!(std::mem::offset_of!(Params, tmap_v), 512);
-    let c =
-        c_struct_fields(gpu::files(PathId::ScoreMod)[0].1).expect("struct Params in common.cuh");
+    let c = c_struct_fields(gpu::COMMON).expect("struct Params in common.cuh");
     assert_eq!(c, PARAM_FIELDS);
 }
 
@@ -358,5 +360,31 @@ fn compiling_without_nvrtc_is_a_typed_error() {
     }
     if !gpu::Gpu::available() {
         assert!(matches!(gpu::Gpu::open(0), Err(gpu::GpuError::NoDriver(_))));
+    }
+}
+
+/// `kernels/cuda/constants.cuh` is the text generated from the Rust constants (the compile uses
+/// the generated text; the file is there for editors).
+#[test]
+fn the_constants_header_is_the_generated_one() {
+    let on_disk = gpu::SHARED
+        .iter()
+        .find(|(name, _)| *name == "constants.cuh")
+        .unwrap()
+        .1;
+    let generated = gpu::constants_header();
+    assert!(
+        on_disk == generated,
+        "kernels/cuda/constants.cuh is stale; write it as:\n{generated}"
+    );
+    for (name, value, _) in gpu::SHARED_CONSTANTS {
+        assert!(generated.contains(&format!("\n#define {name} {value}\n")));
+        // Defined there only: no second definition in the hand-written files.
+        for (file, text) in gpu::SHARED.iter().filter(|(f, _)| *f != "constants.cuh") {
+            assert!(
+                !text.contains(&format!("#define {name} ")),
+                "{file} defines {name}"
+            );
+        }
     }
 }

@@ -50,6 +50,7 @@ pub use peaks::{
 pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
 pub use run::{run_path, run_path_timed, GpuRun, Repeats};
 pub use source::{
-    entries, entry_name, files, own_file, program_name, program_source, Stage, DTYPES, SHARED,
+    constants_header, entries, entry_name, files, own_file, program_name, program_source, Stage,
+    COMMON, DTYPES, SHARED, SHARED_CONSTANTS,
 };
 pub use upload::{decode_bits, encode, out_poison, padding_bits, unwritten_bits, DeviceProblem};

@@ -6,15 +6,18 @@
 
 #![deny(unsafe_code)]
 
+use super::launch_plan as lp;
 use crate::routing::PathId;
 use relattn_reference::DType;
 
 /// Device code every program starts with, in order: basics and loads, the attention CTA's
 /// building blocks, the attention loops.
+pub const CONSTANTS: &str = include_str!("../../cuda/constants.cuh");
 pub const COMMON: &str = include_str!("../../cuda/common.cuh");
 pub const CTA: &str = include_str!("../../cuda/cta.cuh");
 pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
-pub const SHARED: [(&str, &str); 3] = [
+pub const SHARED: [(&str, &str); 4] = [
+    ("constants.cuh", CONSTANTS),
     ("common.cuh", COMMON),
     ("cta.cuh", CTA),
     ("attention.cuh", ATTENTION),
@@ -44,12 +47,51 @@ pub fn program_source(path: PathId) -> String {
     own_file(path).1.to_string()
 }
 
-/// The headers a program may include, as (include name, text).
+/// The headers a program may include, as (include name, text): `constants.cuh` as generated
+/// from the Rust constants (`constants_header`), the others as written.
 pub fn headers() -> Vec<(String, String)> {
     SHARED
         .iter()
-        .map(|(name, text)| (name.to_string(), text.to_string()))
+        .map(|(name, text)| match *name {
+            "constants.cuh" => (name.to_string(), constants_header()),
+            _ => (name.to_string(), text.to_string()),
+        })
         .collect()
+}
+
+/// The sizes the kernels and the launch planning share, written once here: (C name, value, what
+/// it is).
+pub const SHARED_CONSTANTS: [(&str, usize, &str); 16] = [
+    ("HEAD_DIM", lp::HEAD_DIM, "The head dim the kernels are built for."),
+    ("THREADS", lp::CTA_THREADS as usize, "Threads of a CTA (4 warps)."),
+    ("MMA_ROWS", lp::CTA_ROWS, "Virtual rows of a tensor-core CTA (16 per warp)."),
+    ("KEY_TILE", lp::KEY_TILE, "Keys of a tensor-core CTA's tile."),
+    ("SHEAR_TILE", lp::SHEAR_TILE, "Key tile of the sheared bias buffer and of sheared_bias splits."),
+    ("KV_TMA_MIN_PAGE", lp::KV_TMA_MIN_PAGE, "Smallest page whose whole tiles the sm_90a query blocks copy by TMA (a box per page and half head dim: 8 per tile at this size)."),
+    ("DEC_STAGE_BYTES", lp::DEC_STAGE_BYTES, "A stage of the single-query CTAs' K/V ring (`Params::ring_stages` stages, the launcher sizes the dynamic shared memory for them)."),
+    ("DEC_MIN_STAGES", lp::DEC_MIN_STAGES, "The fewest stages of that ring."),
+    ("DEC_MAX_STAGES", lp::DEC_MAX_STAGES, "The most stages of that ring."),
+    ("DEC_Q_BYTES", lp::DEC_Q_BYTES, "The single-query CTAs' Q tile (16 rows), in shared memory ahead of the ring."),
+    ("DEC_BIAS_BYTES", lp::DEC_BIAS_BYTES, "A ring stage's staged rel_logits chunks (4 warps x 16 rows), after the K/V stages."),
+    ("ATTN_SMEM_BYTES", lp::ATTN_SMEM_BYTES, "Shared memory of every attention CTA at least (Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring, the decode merge), plus SMEM_ALIGN of slack."),
+    ("SMEM_ALIGN", lp::SMEM_ALIGN, "The alignment the kernels give their shared-memory tiles."),
+    ("QUERY_SMEM_BYTES", lp::QUERY_SMEM_BYTES, "Launches without single-query CTAs: the query block's tiles."),
+    ("QUERY_SMEM_BYTES_WG", lp::QUERY_SMEM_BYTES_WG, "The wgmma query blocks (sm_90a): also the staged rel_logits rows and two mbarriers."),
+    ("QUERY_SMEM_BYTES_WG_WINDOW", lp::QUERY_SMEM_BYTES_WG_WINDOW, "Their windowed entries (`window_block`): also a second V tile and a third mbarrier."),
+];
+
+/// The text of `kernels/cuda/constants.cuh`, generated from `SHARED_CONSTANTS` (the file in the
+/// repository is this text, for editors; a test keeps them equal).
+pub fn constants_header() -> String {
+    let mut t = String::from(
+        "// Generated from kernels/src/gpu/source.rs (SHARED_CONSTANTS): edit the Rust constants,\n\
+         // then write this file from `gpu::constants_header()` (a test prints it when they differ).\n\
+         #pragma once\n",
+    );
+    for (name, value, what) in SHARED_CONSTANTS {
+        t.push_str(&format!("// {what}\n#define {name} {value}\n"));
+    }
+    t
 }
 
 /// The program's name in NVRTC logs and errors.
