@@ -2,13 +2,13 @@
 //! trial (self-checks, paths, split counts, bounds-check variants) that uses it.
 
 use crate::case_cache::CaseCache;
-use crate::judge::judge;
 use crate::phases::{self, Phase};
 use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
 use crate::runner::{forced_splits, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
 use ndarray::Array3;
 use relattn_matrices::Case;
+use relattn_reference::judge::judge;
 use relattn_reference::{emulate, fast, gen, Problem, RefOutput};
 use relattn_reports::{Row, Status};
 use std::collections::HashMap;

@@ -11,7 +11,6 @@ pub mod execute;
 pub mod exit;
 pub mod gpu_exec;
 pub mod gpu_status;
-pub mod judge;
 pub mod output;
 pub mod phases;
 pub mod plan;

@@ -3,8 +3,8 @@
 
 use crate::layer::Layer;
 use crate::split::SplitSetting;
-use crate::tolerance::Tolerance;
 use crate::PATHS;
+use relattn_reference::judge::Tolerance;
 use relattn_reference::limits::LimitError;
 use relattn_reference::{BiasMode, GenSpec, Inputs, PageMode, Window};
 use serde::{Deserialize, Serialize};

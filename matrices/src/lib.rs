@@ -27,7 +27,6 @@ pub use matrix::{Expansion, Matrix, Skip};
 pub use mixes::{mix, Mix, MixShape, MIXES};
 pub use rules::{Requirement, Rule, Rules};
 pub use split::{shard, Shard, SplitSetting};
-pub use tolerance::{default_tolerance, Tolerance};
 
 use std::path::Path;
 

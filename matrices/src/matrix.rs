@@ -78,7 +78,7 @@ impl Matrix {
             file: origin.to_string(),
             message: e.to_string(),
         })?;
-        let tolerances = tolerance::apply(origin, tolerance::defaults()?, &raw.tolerance)?;
+        let tolerances = tolerance::apply(origin, tolerance::defaults(), &raw.tolerance)?;
         let mut groups = Vec::with_capacity(raw.group.len());
         for (i, g) in raw.group.into_iter().enumerate() {
             groups.push(check_group(origin, i + 1, g)?);

@@ -1,20 +1,12 @@
-//! Judgement constants per dtype (SPEC section 6). The defaults are data (tiers/defaults.toml);
-//! a matrix file may override any of them in its own `[tolerance.<dtype>]` table.
+//! Judgement constants per dtype (SPEC section 6) as matrix files set them: a matrix file may
+//! override any of the defaults (`Tolerance::default_for`, relattn_reference::judge) in its own
+//! `[tolerance.<dtype>]` table.
 
 use crate::error::MatrixError;
+use relattn_reference::judge::Tolerance;
 use relattn_reference::DType;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
-
-/// `(a) max|out - ref64| <= rtol * max|ref_lp - ref64| + atol` and
-/// `(b) |out - ref64| <= atol2 + rtol2 * |ref64|` elementwise.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Tolerance {
-    pub rtol: f64,
-    pub atol: f64,
-    pub atol2: f64,
-    pub rtol2: f64,
-}
 
 /// A `[tolerance.<dtype>]` table; absent fields keep the value below it.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -28,50 +20,12 @@ pub(crate) struct RawTolerance {
 
 pub(crate) type Tolerances = BTreeMap<DType, Tolerance>;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DefaultsFile {
-    tolerance: BTreeMap<String, RawTolerance>,
-}
-
-const DEFAULTS_FILE: &str = "tiers/defaults.toml";
-const DEFAULTS: &str = include_str!("../tiers/defaults.toml");
-
 /// The default tolerances of every dtype.
-pub(crate) fn defaults() -> Result<Tolerances, MatrixError> {
-    let file: DefaultsFile = toml::from_str(DEFAULTS).map_err(|e| MatrixError::Parse {
-        file: DEFAULTS_FILE.to_string(),
-        message: e.to_string(),
-    })?;
-    let base = Tolerance {
-        rtol: f64::NAN,
-        atol: f64::NAN,
-        atol2: f64::NAN,
-        rtol2: f64::NAN,
-    };
-    let start = DType::ALL.iter().map(|&d| (d, base)).collect();
-    let out = apply(DEFAULTS_FILE, start, &file.tolerance)?;
-    for dtype in DType::ALL {
-        let t = out[&dtype];
-        if [t.rtol, t.atol, t.atol2, t.rtol2]
-            .iter()
-            .any(|x| x.is_nan())
-        {
-            return Err(MatrixError::bad(
-                DEFAULTS_FILE,
-                format!("tolerance.{dtype}"),
-                "(incomplete)",
-                "every dtype needs rtol, atol, atol2 and rtol2",
-            ));
-        }
-    }
-    Ok(out)
-}
-
-/// The default tolerance of `dtype` (tiers/defaults.toml), what a matrix without its own
-/// `[tolerance.<dtype>]` table judges with.
-pub fn default_tolerance(dtype: DType) -> Result<Tolerance, MatrixError> {
-    Ok(defaults()?[&dtype])
+pub(crate) fn defaults() -> Tolerances {
+    DType::ALL
+        .iter()
+        .map(|&d| (d, Tolerance::default_for(d)))
+        .collect()
 }
 
 /// `base` with the tables of `raw` applied, each checked.

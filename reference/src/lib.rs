@@ -3,7 +3,8 @@
 //! `Problem` holds validated inputs; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
 //! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `limits`
-//! holds the size limits of every input and `files` the one way files are written.
+//! holds the size limits of every input and `files` the one way files are written; `judge` is
+//! SPEC section 6's judge of a GPU output, with its tolerance type and each dtype's defaults.
 #![deny(unsafe_code)]
 
 pub mod bench;
@@ -13,6 +14,7 @@ pub mod emulate;
 pub mod fast;
 pub mod files;
 pub mod gen;
+pub mod judge;
 pub mod limits;
 pub mod oracle;
 pub mod output;

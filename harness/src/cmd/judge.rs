@@ -8,9 +8,10 @@
 
 use crate::cmd::reference::references;
 use crate::exit::{failed, usage};
-use crate::judge::{describe, judge, location, padding_is_nan, Element, RuleOutcome, Verdict};
-use relattn_matrices::{default_tolerance, Tolerance};
 use relattn_reference::casefile::{read_case, read_impl_output};
+use relattn_reference::judge::{
+    describe, judge, location, padding_is_nan, Element, RuleOutcome, Tolerance, Verdict,
+};
 use relattn_reference::{sample, Problem};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -41,7 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let p = &case.problem;
     let shape = [p.total_rows(), p.num_heads, p.head_dim];
     let out = read_impl_output(&args.output, shape).map_err(|e| usage(e.to_string()))?;
-    let tolerance = default_tolerance(p.dtype).map_err(|e| usage(e.to_string()))?;
+    let tolerance = Tolerance::default_for(p.dtype);
     let seed = args.seed.or(case.meta.seed).unwrap_or(0);
     let rows = args.sample_rows.map(|n| sample::sample_rows(p, n, seed));
     let refs = references("judge", p, rows.as_deref(), true);

@@ -243,7 +243,7 @@ impl Runner for WorkerRunner {
         let out = read_impl_output(&out, shape)
             .map_err(|e| RunError::Other(format!("the worker's output: {e}")))?;
         Ok(RunOutput {
-            padding_intact: crate::judge::padding_is_nan(p, &out),
+            padding_intact: relattn_reference::judge::padding_is_nan(p, &out),
             out,
             counters_left: 0,
             ms: median(&ms),

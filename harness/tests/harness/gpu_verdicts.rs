@@ -168,7 +168,7 @@ fn a_planted_error_is_named_with_its_values_bounds_and_counts() {
         format!("rule (b) fails: 1 of {elements} elements (0.0011%) over atol2 + rtol2*|ref64|; worst at the same element"),
         format!(
             "> bound {:.3e} there (ratio ",
-            2e-2 + 2e-2 * expected.abs()
+            case.tolerance.atol2 + case.tolerance.rtol2 * expected.abs()
         ),
         format!("; reproduce: relattn run --matrix smoke --case {} --paths fallback", case.id),
     ] {

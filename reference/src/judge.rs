@@ -1,12 +1,44 @@
-//! Judging a GPU result against the reference (SPEC section 6).
+//! Judging a GPU result against the reference (SPEC section 6): the judge every command and
+//! test uses, and the one tolerance type it takes, with the defaults of each dtype.
 
 mod text;
 
 pub use text::{describe, location};
 
+use crate::{DType, Problem, RefOutput};
 use ndarray::Array3;
-use relattn_matrices::Tolerance;
-use relattn_reference::{Problem, RefOutput};
+use serde::{Deserialize, Serialize};
+
+/// The judgement constants of one dtype:
+/// `(a) max|out - ref64| <= rtol * max|ref_lp - ref64| + atol` and
+/// `(b) |out - ref64| <= atol2 + rtol2 * |ref64|` elementwise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    pub rtol: f64,
+    pub atol: f64,
+    pub atol2: f64,
+    pub rtol2: f64,
+}
+
+impl Tolerance {
+    /// SPEC section 6's defaults for `dtype`, the only place they are written down: `rtol = 2`,
+    /// `atol` the dtype's spacing at 1.0 (so rule (a)'s bound is never zero), and
+    /// `atol2 = rtol2` = 2e-2 (bf16), 5e-3 (fp16), 1e-5 (fp32), so rule (b) is never looser than
+    /// vLLM's flat check. A matrix file may override any of them (`[tolerance.<dtype>]`).
+    pub fn default_for(dtype: DType) -> Tolerance {
+        let flat = match dtype {
+            DType::Bf16 => 2e-2,
+            DType::F16 => 5e-3,
+            DType::F32 => 1e-5,
+        };
+        Tolerance {
+            rtol: 2.0,
+            atol: dtype.spacing_at_one(),
+            atol2: flat,
+            rtol2: flat,
+        }
+    }
+}
 
 /// One output element: where it is, its value, the reference's, and the bound it is held to.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -221,8 +253,9 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gen::{generate, GenSpec};
+    use approx::assert_abs_diff_eq;
     use ndarray::{Array2, Array3};
-    use relattn_reference::gen::{generate, GenSpec};
 
     fn setup() -> (Problem, RefOutput) {
         let mut spec = GenSpec::global(2, 1, vec![(2, 3), (1, 4)], 7);
@@ -242,11 +275,24 @@ mod tests {
     }
 
     fn tolerance() -> Tolerance {
-        Tolerance {
-            rtol: 2.0,
-            atol: 2f64.powi(-7),
-            atol2: 2e-2,
-            rtol2: 2e-2,
+        Tolerance::default_for(DType::Bf16)
+    }
+
+    /// SPEC section 6's numbers, written out here as the SPEC writes them.
+    #[test]
+    fn the_defaults_are_spec_6s() {
+        for (dtype, atol, flat) in [
+            (DType::Bf16, 2f64.powi(-7), 2e-2),
+            (DType::F16, 2f64.powi(-10), 5e-3),
+            (DType::F32, 2f64.powi(-23), 1e-5),
+        ] {
+            let want = Tolerance {
+                rtol: 2.0,
+                atol,
+                atol2: flat,
+                rtol2: flat,
+            };
+            assert_eq!(Tolerance::default_for(dtype), want, "{dtype}");
         }
     }
 
@@ -275,7 +321,7 @@ mod tests {
         let v = judge(&p, &out, &r, &r, &tolerance(), true, 0);
         assert!(!v.pass);
         assert_eq!(v.first_bad.as_deref(), Some("1:1:2"));
-        assert!((v.max_abs - 0.1).abs() < 1e-6);
+        assert_abs_diff_eq!(v.max_abs, 0.1, epsilon = 1e-6);
         assert!(v.ratio > 1.0);
         for rule in [v.rule_a, v.rule_b] {
             assert_eq!(rule.over, 1);

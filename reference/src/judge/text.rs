@@ -3,7 +3,7 @@
 //! as well as by packed row.
 
 use super::Verdict;
-use relattn_reference::Problem;
+use crate::Problem;
 
 /// The verdict `v` on `problem`: the checks that failed, then rule (a) and rule (b),
 /// `; `-separated (a failed verdict's `reason`).
