@@ -388,3 +388,29 @@ fn the_constants_header_is_the_generated_one() {
         }
     }
 }
+
+/// NVRTC's front end passes every program in every build (plain, bounds-checked, each planted
+/// defect) for sm_90a, sm_80 and sm_100 (both sides of the architecture `#ifdef`s). It needs
+/// NVRTC, not a GPU: `.ci/run` fetches it and sets `RELATTN_REQUIRE_NVRTC`, under which a
+/// missing NVRTC fails this test; elsewhere it says it was skipped.
+#[test]
+fn every_build_passes_nvrtcs_front_end() {
+    if !gpu::nvrtc_available() {
+        assert!(
+            std::env::var_os("RELATTN_REQUIRE_NVRTC").is_none(),
+            "RELATTN_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
+        );
+        eprintln!("skipped: libnvrtc cannot be loaded on this machine");
+        return;
+    }
+    for arch in ["sm_90a", "sm_80", "sm_100"] {
+        let records = gpu::syntax_check(arch).unwrap();
+        assert_eq!(records.len(), 3 * (2 + Mutant::ALL.len()), "{arch}");
+        let failed: Vec<String> = records
+            .iter()
+            .filter(|r| !r.ok)
+            .map(|r| format!("{} {} ({}): {}", r.arch, r.program, r.variant, r.message))
+            .collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
+}

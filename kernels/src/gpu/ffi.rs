@@ -56,6 +56,29 @@ pub(crate) fn compile_cubin(
     headers: &[(String, String)],
     options: &[String],
 ) -> Result<Vec<u8>, String> {
+    nvrtc_compile(name, source, headers, options, true)
+}
+
+/// Run NVRTC's front end only (`-fdevice-syntax-only`: parsing, templates instantiated for every
+/// entry, types checked; no code generated). Err carries NVRTC's error and log.
+pub(crate) fn check_syntax(
+    name: &str,
+    source: &str,
+    headers: &[(String, String)],
+    options: &[String],
+) -> Result<(), String> {
+    let mut options = options.to_vec();
+    options.push("-fdevice-syntax-only".to_string());
+    nvrtc_compile(name, source, headers, &options, false).map(|_| ())
+}
+
+fn nvrtc_compile(
+    name: &str,
+    source: &str,
+    headers: &[(String, String)],
+    options: &[String],
+    want_cubin: bool,
+) -> Result<Vec<u8>, String> {
     let nul = |what: &str| format!("{what} contains a NUL byte");
     let src = CString::new(source).map_err(|_| nul("source"))?;
     let cname = CString::new(name).map_err(|_| nul("program name"))?;
@@ -99,6 +122,7 @@ pub(crate) fn compile_cubin(
     };
     let result = match compiled {
         Err(e) => Err(format!("{e:?}\n{log}")),
+        Ok(()) if !want_cubin => Ok(Vec::new()),
         Ok(()) => {
             let mut size = 0usize;
             // SAFETY: `prog` compiled successfully; `size` is valid for a write.

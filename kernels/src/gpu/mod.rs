@@ -25,8 +25,8 @@ mod source;
 mod upload;
 
 pub use compile::{
-    cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, CheckRecord, Compiled,
-    CompiledProgram,
+    cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, syntax_check, CheckRecord,
+    Compiled, CompiledProgram,
 };
 pub use device::{compile_arch, native_arch, Gpu, Loaded, ARCH_ENV};
 pub use error::GpuError;
