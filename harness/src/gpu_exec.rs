@@ -7,8 +7,8 @@ use crate::runner::{forced_splits, RunError, RunOutput, RunRequest, Runner, Targ
 use crate::session::ExecutorFactory;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
-    compile, compile_arch, compile_check, nvrtc_version, CompilePlan, Compiled, DeviceProblem, Gpu,
-    GpuError, Loaded, Mutant, Repeats, Splits, Variant, CHECK_ARCHS,
+    compile, compile_arch, compile_check, nvrtc_version, run_path_timed, CompilePlan, Compiled,
+    DeviceProblem, Gpu, GpuError, Loaded, Mutant, Repeats, Splits, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reports::{CompileCheck, Environment};
@@ -228,5 +228,5 @@ fn run_on(
         }
     };
     let (_, dp) = w.current.as_ref().expect("uploaded above");
-    gpu.run_timed(loaded, dp, path, splits, Repeats::TRIAL)
+    run_path_timed(gpu, loaded, dp, path, splits, Repeats::TRIAL)
 }

@@ -402,18 +402,6 @@ impl Gpu {
     ) -> Result<GpuRun, GpuError> {
         run_path(self, loaded, problem, path, splits)
     }
-
-    /// `run_path_timed` as a method.
-    pub fn run_timed(
-        &self,
-        loaded: &Loaded,
-        problem: &DeviceProblem,
-        path: PathId,
-        splits: Splits,
-        repeats: Repeats,
-    ) -> Result<GpuRun, GpuError> {
-        run_path_timed(self, loaded, problem, path, splits, repeats)
-    }
 }
 
 #[cfg(test)]
