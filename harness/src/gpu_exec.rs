@@ -12,6 +12,7 @@ use relattn_kernels::gpu::{
 };
 use relattn_kernels::routing::PathId;
 use relattn_reports::{CompileCheck, Environment};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -75,15 +76,20 @@ impl ExecutorFactory for RealFactory {
             );
         }
         // Compile first: a compile failure is reported before any device memory is touched.
-        let mut compiled = HashMap::new();
-        for &checked in bounds.variants() {
-            let variant = Variant {
-                bounds_check: checked,
-                mutant: self.mutant,
-            };
-            let plan = CompilePlan::new(&arch, variant, paths).map_err(|e| e.to_string())?;
-            compiled.insert(checked, compile(&plan).map_err(|e| format!("{e}"))?);
-        }
+        // Both builds at once: every program of both is one parallel batch.
+        let builds: Vec<Result<(bool, Compiled), String>> = bounds
+            .variants()
+            .par_iter()
+            .map(|&checked| {
+                let variant = Variant {
+                    bounds_check: checked,
+                    mutant: self.mutant,
+                };
+                let plan = CompilePlan::new(&arch, variant, paths).map_err(|e| e.to_string())?;
+                Ok((checked, compile(&plan).map_err(|e| format!("{e}"))?))
+            })
+            .collect();
+        let compiled: HashMap<bool, Compiled> = builds.into_iter().collect::<Result<_, _>>()?;
         let mut workers = Vec::new();
         for d in devices {
             let gpu = Gpu::open(d.index as usize).map_err(|e| e.to_string())?;
