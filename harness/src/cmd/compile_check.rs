@@ -52,8 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(|e| exit::usage(format!("writing {}: {e}", file.display())))?;
         }
     }
-    let checks: Vec<relattn_reports::CompileCheck> =
-        records
+    let checks: Vec<relattn_reports::CompileCheck> = records
         .into_iter()
         .map(crate::gpu_exec::report_check)
         .collect();
