@@ -1,21 +1,25 @@
-//! Routing: compute capability -> GPU path, and the policies that go with it (SPEC sections 3
-//! and 4). Pure functions of plain values, so everything here is testable without a GPU.
+//! relattn-routing: compute capability -> GPU path, and the policies that go with it (SPEC
+//! sections 3 and 4). Pure functions of plain values, so everything here is testable without a
+//! GPU; the kernels crate re-exports this crate as `relattn_kernels::routing`.
 //!
 //! The table (`table()`) is data; `decide` combines a row with the policies for one shape, which
 //! is what `relattn route` prints.
+#![deny(unsafe_code)]
 
 mod ids;
 mod policy;
 mod table;
+mod window;
 
 pub use ids::{Capability, PathId};
 pub use policy::{
     bucket_max_seqlen_q, decode_split_count, decode_split_ranges, num_splits, use_split_kv_decode,
-    visible_len, SplitRange,
+    SplitRange,
 };
 pub use table::{
     check_path, lookup, path_spec, route, table, ArchRow, Outcome, PathSpec, Rejected,
 };
+pub use window::{is_local, spans_extent as window_spans_extent, visible_len};
 
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,7 @@
 //! that take user input validate the shape first (`Shape::validate`).
 
 use super::{ArchRow, Outcome, Shape};
-use relattn_reference::Window;
+use crate::window::{self, visible_len};
 use serde::Serialize;
 
 /// `bucket_max_seqlen_q(n) = 1 << bit_length(max(0, n - 1))` (SPEC 4.4): the smallest power of two
@@ -71,21 +71,16 @@ pub fn use_split_kv_decode(
     if max_kv_len >= 8192 || page_size >= 64 {
         return true;
     }
-    if Window::from_left(window_left).is_local() {
+    if window::is_local(window_left) {
         return page_size >= 32;
     }
     false
 }
 
-/// The number of visible keys of a request: all `kv_len` keys, or the window on local layers.
-pub fn visible_len(kv_len: usize, window_left: i64) -> usize {
-    Window::from_left(window_left).visible_len(kv_len)
-}
-
 /// Splits of the two-stage decode kernel (SPEC 4.3): at most 4 on windowed layers (one per 128
 /// visible keys), at most 32 on global ones (one per 2048 keys).
 pub fn decode_split_count(max_kv_len: usize, window_left: i64) -> usize {
-    if Window::from_left(window_left).is_local() {
+    if window::is_local(window_left) {
         ceil_div(visible_len(max_kv_len, window_left), 128).clamp(1, 4)
     } else {
         ceil_div(max_kv_len.max(1), 2048).clamp(1, 32)

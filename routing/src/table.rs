@@ -215,8 +215,8 @@ pub fn check_path(
         ));
     }
     if spec.requires_window_equals_extent
-        && relattn_reference::Window::from_left(window_left).is_local()
-        && !relattn_reference::window_spans_extent(window_left, e)
+        && crate::window::is_local(window_left)
+        && !crate::window::spans_extent(window_left, e)
     {
         return Err(format!(
             "{path} carries the window in the bias buffer, so a local layer needs window_left + 1 == rel_extent, \

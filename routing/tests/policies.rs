@@ -1,7 +1,7 @@
 //! The policies of SPEC section 4 on tables of values computed by hand from the formulas (the
 //! arithmetic is in the comments), not by calling the code under test.
 
-use relattn_kernels::routing::{
+use relattn_routing::{
     bucket_max_seqlen_q, decide, decode_split_count, decode_split_ranges, lookup, num_splits,
     use_split_kv_decode, Capability, PathId, Shape,
 };

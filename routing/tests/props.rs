@@ -2,7 +2,7 @@
 //! examples.
 
 use proptest::prelude::*;
-use relattn_kernels::routing::{
+use relattn_routing::{
     bucket_max_seqlen_q, decide, decode_split_count, decode_split_ranges, lookup, num_splits,
     table, Capability, Outcome, PathId, Shape,
 };

@@ -1,7 +1,7 @@
 //! The routing table against SPEC section 3, written out by hand here (not derived from the
 //! table under test), plus the capability and path-id values and each path's constraints.
 
-use relattn_kernels::routing::{
+use relattn_routing::{
     check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathId, Shape,
 };
 use rstest::rstest;
