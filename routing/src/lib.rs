@@ -8,13 +8,17 @@
 
 mod ids;
 mod policy;
+mod splits;
 mod table;
 mod window;
 
 pub use ids::{Capability, PathId};
 pub use policy::{
-    bucket_max_seqlen_q, decode_split_count, decode_split_ranges, num_splits, use_split_kv_decode,
-    SplitRange,
+    bucket_max_seqlen_q, decode_split_count, fallback_decode_splits, num_splits, policy_splits,
+    use_split_kv_decode, SHEARED_POLICY_ARCH,
+};
+pub use splits::{
+    decode_split_keys, decode_split_len, sheared_split_keys, DECODE_SPLIT_ALIGN, SHEAR_TILE,
 };
 pub use table::{
     check_path, lookup, path_spec, route, table, ArchRow, Outcome, PathSpec, Rejected,
@@ -138,22 +142,16 @@ pub fn decide(cc: Capability, shape: &Shape) -> Decision {
         }
     };
     // `route` succeeded, so the row exists; the fallback keeps this total without a panic.
-    let (splits, decode_kernel) = row.map_or((1, false), |row| {
-        (num_splits(row, shape), row.split_kv_decode)
+    let (splits, decode) = row.map_or((1, None), |row| {
+        let decode = if row.split_kv_decode {
+            fallback_decode_splits(shape)
+        } else {
+            None
+        };
+        (num_splits(row, shape), decode)
     });
-    let split_kv_decode = decode_kernel
-        && use_split_kv_decode(
-            shape.max_query_len,
-            shape.max_kv_len,
-            shape.page_size,
-            shape.window_left,
-            true,
-        );
-    let decode_splits = if split_kv_decode {
-        decode_split_count(shape.max_kv_len, shape.window_left)
-    } else {
-        1
-    };
+    let split_kv_decode = decode.is_some();
+    let decode_splits = decode.unwrap_or(1);
     Decision {
         cc: cc.to_string(),
         path: Some(path),
