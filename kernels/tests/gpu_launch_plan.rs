@@ -7,9 +7,9 @@ use relattn_kernels::gpu::{
     has_single_query_ctas, kv_map_shape, launch_smem_bytes, native_arch, out_poison, padding_bits,
     plan_launches, ring_stages, unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage,
     ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS,
-    DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, KEY_TILE,
-    KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW, SHEAR_TILE,
-    SMEM_ALIGN, WGMMA_ARCH,
+    DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, HEAD_DIM,
+    KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW,
+    SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, decode_split_keys, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -98,9 +98,10 @@ fn sheared_bias_constraints_are_typed() {
             unsupported(plan_launches(path, &geometry(&d64), Splits::Policy)).contains("head_dim")
         );
     }
+    let fits = GenSpec::global(4, 2, vec![(3, 30)], 2);
     for path in PathId::ALL {
         assert!(
-            unsupported(plan_launches(path, &geometry(&spec), Splits::Forced(0)))
+            unsupported(plan_launches(path, &geometry(&fits), Splits::Forced(0)))
                 .contains("at least 1")
         );
     }
@@ -194,6 +195,34 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
         (2, 2, 2),
         "ceil(20 / (64 / 4)) tiles"
     );
+}
+
+/// The split count a plan launches, the policy's or a forced one, is checked against the path's
+/// limits before anything is planned.
+#[test]
+fn plans_check_the_split_count_they_launch() {
+    let mut spec = GenSpec::global(8, 1, vec![(1, 5000)], 3);
+    spec.rel_extent = 256;
+    let sheared = geometry(&spec);
+    let decode = geometry(&GenSpec::global(8, 2, vec![(1, 9000), (1, 20)], 4));
+    for (path, g) in [
+        (PathId::ShearedBias, &sheared),
+        (PathId::ScoreMod, &decode),
+        (PathId::Fallback, &decode),
+    ] {
+        let max = routing::path_spec(path).max_splits;
+        let plan = plan_launches(path, g, Splits::Forced(max)).unwrap();
+        assert_eq!(plan.num_splits, max, "{path}");
+        let refused = unsupported(plan_launches(path, g, Splits::Forced(max + 1)));
+        let limit = routing::path_spec(path).check_splits(max + 1).unwrap_err();
+        assert_eq!(refused, limit.to_string(), "{path}");
+        let policy = plan_launches(path, g, Splits::Policy).unwrap();
+        assert_eq!(
+            policy.num_splits,
+            routing::policy_splits(path, &g.shape()),
+            "{path}"
+        );
+    }
 }
 
 #[test]
@@ -357,6 +386,15 @@ fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("DEC_BIAS_BYTES"), Some(DEC_BIAS_BYTES));
     assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
     assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
+    assert_eq!(c_define("HEAD_DIM"), Some(HEAD_DIM));
+    // The path limits routing states are the kernels' tiles.
+    assert_eq!(
+        routing::path_spec(PathId::ShearedBias).extent_multiple_of,
+        Some(SHEAR_TILE)
+    );
+    for path in PathId::ALL {
+        assert_eq!(routing::path_spec(path).head_dim, HEAD_DIM, "{path}");
+    }
     assert_eq!(c_define("KEY_TILE"), Some(KEY_TILE));
     assert_eq!(c_define("KV_TMA_MIN_PAGE"), Some(KV_TMA_MIN_PAGE));
     // The prologue grid counts 32-row blocks of one head.

@@ -7,12 +7,17 @@
 #![deny(unsafe_code)]
 
 mod ids;
+mod path;
 mod policy;
 mod splits;
 mod table;
 mod window;
 
 pub use ids::{Capability, PathId};
+pub use path::{
+    check_path, path_spec, PathCase, PathLimit, PathSpec, FALLBACK_MAX_SPLITS, HEAD_DIM,
+    SHEARED_MAX_SPLITS,
+};
 pub use policy::{
     bucket_max_seqlen_q, decode_split_count, fallback_decode_splits, num_splits, policy_splits,
     use_split_kv_decode, SHEARED_POLICY_ARCH,
@@ -20,9 +25,7 @@ pub use policy::{
 pub use splits::{
     decode_split_keys, decode_split_len, sheared_split_keys, DECODE_SPLIT_ALIGN, SHEAR_TILE,
 };
-pub use table::{
-    check_path, lookup, path_spec, route, table, ArchRow, Outcome, PathSpec, Rejected,
-};
+pub use table::{lookup, route, table, ArchRow, Outcome, Rejected};
 pub use window::{is_local, spans_extent as window_spans_extent, visible_len};
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +35,7 @@ use serde::{Deserialize, Serialize};
 pub enum RoutingError {
     #[error("invalid compute capability {0:?}: write it as major.minor, e.g. 9.0 or 12.1")]
     BadCapability(String),
-    #[error("unknown path {0:?}: expected one of sheared_bias, score_mod, fallback")]
+    #[error("unknown path {0:?}: expected one of {names}", names = PathId::names())]
     BadPath(String),
     #[error("invalid shape: {0}")]
     BadShape(String),

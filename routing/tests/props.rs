@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use relattn_routing::{
     bucket_max_seqlen_q, decide, decode_split_count, decode_split_keys, fallback_decode_splits,
-    lookup, num_splits, policy_splits, table, Capability, Outcome, PathId, Shape,
+    lookup, num_splits, path_spec, policy_splits, table, Capability, Outcome, PathId, Shape,
 };
 
 /// Any capability of the grid majors 0..=15 x minors 0..=9.
@@ -153,6 +153,10 @@ proptest! {
         let sm80 = d(8, 0);
         prop_assert_eq!(Some(policy_splits(PathId::Fallback, &s)), sm80.decode_splits);
         prop_assert_eq!(fallback_decode_splits(&s).is_some(), sm80.split_kv_decode);
+        // What a policy picks, its path takes.
+        for path in PathId::ALL {
+            prop_assert_eq!(path_spec(path).check_splits(policy_splits(path, &s)), Ok(()));
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub(crate) const PROLOGUE_ROWS: usize = 32;
 /// Threads per CTA; mirrors `THREADS` in common.cuh.
 pub const CTA_THREADS: u32 = 128;
 /// The only head dim the kernels are built for; mirrors `HEAD_DIM`.
-pub const HEAD_DIM: usize = 128;
+pub use crate::routing::HEAD_DIM;
 /// Key tile of the sheared bias buffer and of sheared_bias splits; mirrors `SHEAR_TILE`.
 pub use crate::routing::SHEAR_TILE;
 /// Shared memory of one stage of the single-query CTAs' K/V ring; mirrors `DEC_STAGE_BYTES`.
@@ -302,15 +302,16 @@ pub fn kv_map_shape(
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.
 pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<LaunchPlan, GpuError> {
-    if g.head_dim != HEAD_DIM {
-        return Err(unsupported(
-            path,
-            format!(
-                "head_dim {} (the kernels are built for D = {HEAD_DIM})",
-                g.head_dim
-            ),
-        ));
-    }
+    // The path's limits (routing's `PathSpec`): the case first, then the split count the
+    // launches will really use, the policy's or the forced one.
+    let spec = routing::path_spec(path);
+    let limit = |l: routing::PathLimit| unsupported(path, l.to_string());
+    let case = routing::PathCase {
+        rel_extent: g.rel_extent,
+        window_left: g.window_left,
+        head_dim: g.head_dim,
+    };
+    spec.check_case(&case).map_err(limit)?;
     if !DTYPES.contains(&g.dtype) {
         return Err(unsupported(
             path,
@@ -320,9 +321,12 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             ),
         ));
     }
-    if let Splits::Forced(0) = splits {
-        return Err(unsupported(path, "num_splits must be at least 1"));
-    }
+    let shape = g.shape();
+    let num_splits = match splits {
+        Splits::Policy => routing::policy_splits(path, &shape),
+        Splits::Forced(n) => n,
+    };
+    spec.check_splits(num_splits).map_err(limit)?;
     let h = g.num_heads;
     let batch = dim(path, "batch", g.batch(), 65535)?;
     let heads = dim(path, "num_heads", h, 65535)?;
@@ -353,29 +357,16 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     } else {
         Stage::Main
     };
-    let (num_splits, workspace_splits, shear_width) = match path {
+    let (workspace_splits, shear_width) = match path {
         PathId::ScoreMod => {
-            if let Splits::Forced(n) = splits {
-                if n > 1 {
-                    return Err(unsupported(
-                        path,
-                        format!("score_mod has no split-KV: num_splits must be 1, got {n}"),
-                    ));
-                }
-            }
             launches.push(Launch {
                 stage: query_stage,
                 grid: (group_tiles, kv_heads, batch),
             });
-            (1, 0, 0)
+            (0, 0)
         }
         PathId::ShearedBias => {
-            routing::check_path(path, g.rel_extent, g.window_left, 1)
-                .map_err(|r| unsupported(path, r))?;
-            let s = match splits {
-                Splits::Policy => routing::policy_splits(path, &g.shape()),
-                Splits::Forced(n) => n,
-            };
+            let s = num_splits;
             launches.push(Launch {
                 stage: Stage::Prologue,
                 grid: (q_tiles(PROLOGUE_ROWS)?, heads, batch),
@@ -396,16 +387,15 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                     grid: (rows, heads, 1),
                 });
             }
-            (s, if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
+            (if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
         }
         PathId::Fallback => {
-            // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split).
-            let (decode, s) = match splits {
-                Splits::Policy => match routing::fallback_decode_splits(&g.shape()) {
-                    Some(n) => (true, n),
-                    None => (false, 1),
-                },
-                Splits::Forced(n) => (n > 1, n),
+            // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split);
+            // forced: the decode kernel for more than one split.
+            let s = num_splits;
+            let decode = match splits {
+                Splits::Policy => routing::fallback_decode_splits(&shape).is_some(),
+                Splits::Forced(n) => n > 1,
             };
             if decode && !g.decode_only() {
                 return Err(unsupported(
@@ -431,13 +421,13 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                     grid: (sx, kv_heads, batch),
                 });
                 // Piece partials, then (when a split has several pieces) the splits' partials.
-                (s, if pieces > 1 { slots + s } else { slots }, 0)
+                (if pieces > 1 { slots + s } else { slots }, 0)
             } else {
                 launches.push(Launch {
                     stage: query_stage,
                     grid: (group_tiles, kv_heads, batch),
                 });
-                (1, 0, 0)
+                (0, 0)
             }
         }
     };
