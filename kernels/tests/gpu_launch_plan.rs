@@ -175,6 +175,21 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
         (forced.launches[0].grid.0, forced.workspace_splits),
         (32, 32)
     );
+    // More splits than the policy's 32 (routing::FALLBACK_MAX_SPLITS: the kernel's one bound is
+    // its grid): still a CTA and a partial per split, the empty ones among them included.
+    for n in [64usize, 128, 1024] {
+        let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(n)).unwrap();
+        assert_eq!(stages(&forced), [Stage::Decode]);
+        assert_eq!(
+            (
+                forced.num_splits,
+                forced.decode_pieces,
+                forced.workspace_splits
+            ),
+            (n, 1, n)
+        );
+        assert_eq!(forced.launches[0].grid, (n as u32, 2, 3));
+    }
     let one = plan_launches(PathId::Fallback, &g, Splits::Forced(1)).unwrap();
     assert_eq!(stages(&one), [Stage::Main]);
     // Short global decode with small pages: the main kernel.

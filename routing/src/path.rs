@@ -16,9 +16,14 @@ pub const HEAD_DIM: usize = 128;
 /// production policy picks, and the forced counts the matrices give it.
 pub const SHEARED_MAX_SPLITS: usize = 128;
 
-/// Most KV splits fallback's two-stage decode kernel takes: the most its policy picks (SPEC 4.3:
-/// at most 32 on global layers, 4 on windowed ones).
-pub const FALLBACK_MAX_SPLITS: usize = 32;
+/// Most KV splits fallback's two-stage decode kernel takes, forced or not. Its policy picks at most
+/// 32 (SPEC 4.3), but forced trials may use any count (SPEC 4.2), and the kernel has no split
+/// limit of its own: the launch sizes the workspace (a partial per split, or per piece of a split)
+/// and the counters (`B x Hkv x (1 + splits)`) from the count, and the merges (`merge_group` in
+/// fallback.cu) loop over any number of partials. Its one bound is the launch grid: a CTA per
+/// split or piece on the grid's x dimension, at most 2^31 - 1, which also bounds the kernel's
+/// 32-bit split counts. `plan_launches` refuses a count whose pieces overflow that dimension.
+pub const FALLBACK_MAX_SPLITS: usize = i32::MAX as usize;
 
 /// What a path can take, independent of the architecture it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -3,7 +3,7 @@
 
 use relattn_routing::{
     check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathCase, PathId,
-    PathLimit, Shape,
+    PathLimit, Shape, FALLBACK_MAX_SPLITS,
 };
 use rstest::rstest;
 
@@ -190,7 +190,7 @@ fn path_ids_round_trip() {
 #[rstest]
 #[case::sheared_bias(PathId::ShearedBias, true, false, Some(128), true, 128)]
 #[case::score_mod(PathId::ScoreMod, false, false, None, false, 1)]
-#[case::fallback(PathId::Fallback, false, true, None, false, 32)]
+#[case::fallback(PathId::Fallback, false, true, None, false, FALLBACK_MAX_SPLITS)]
 fn path_specs_are_the_spec_constraints(
     #[case] path: PathId,
     #[case] main: bool,
@@ -240,6 +240,7 @@ fn check_path_says_why_a_case_does_not_fit() {
     }
     assert_eq!(check_path(ShearedBias, &case(1024, -1), 128), Ok(()));
     assert_eq!(check_path(Fallback, &case(1024, -1), 32), Ok(()));
+    assert_eq!(check_path(Fallback, &case(1024, -1), 64), Ok(()));
     let err = |path, c: PathCase, s| check_path(path, &c, s).unwrap_err().to_string();
     assert_eq!(
         err(ScoreMod, case(1024, -1), 2),
@@ -258,7 +259,13 @@ fn check_path_says_why_a_case_does_not_fit() {
         err(ShearedBias, case(1024, -1), 129),
         "sheared_bias combines at most 128 KV splits (129 splits)"
     );
-    assert!(err(Fallback, case(1024, -1), 33).contains("at most 32"));
+    assert_eq!(
+        err(Fallback, case(1024, -1), FALLBACK_MAX_SPLITS + 1),
+        format!(
+            "fallback's split-KV decode kernel takes at most {FALLBACK_MAX_SPLITS} splits ({} splits)",
+            FALLBACK_MAX_SPLITS + 1
+        )
+    );
     assert!(err(Fallback, case(1024, -1), 0).contains("at least 1"));
     assert!(err(Fallback, case(0, -1), 1).contains("rel_extent >= 1"));
     assert!(err(Fallback, case(1024, -2), 1).contains("window_left"));
@@ -293,4 +300,21 @@ fn a_limit_is_its_rule_and_the_cases_values() {
     // Case limits come before split limits, and the case limits keep a fixed order.
     let both = check_path(PathId::ShearedBias, &case(1000, 255), 0).unwrap_err();
     assert!(matches!(both, PathLimit::ExtentMultiple { .. }), "{both}");
+}
+
+/// fallback's decode kernel takes every count its grid holds: more than its policy's 32 (the GPU
+/// tests force 64 on it), up to the 2^31 - 1 CTAs of a grid's x dimension, one per split.
+#[test]
+fn fallback_takes_as_many_splits_as_its_decode_grid_holds() {
+    assert_eq!(FALLBACK_MAX_SPLITS, (1 << 31) - 1);
+    assert_eq!(path_spec(PathId::Fallback).max_splits, FALLBACK_MAX_SPLITS);
+    let global = PathCase {
+        rel_extent: 1024,
+        window_left: -1,
+        head_dim: 128,
+    };
+    for n in [32, 33, 64, 128, 1024, FALLBACK_MAX_SPLITS] {
+        assert_eq!(check_path(PathId::Fallback, &global, n), Ok(()), "{n}");
+    }
+    assert!(check_path(PathId::Fallback, &global, FALLBACK_MAX_SPLITS + 1).is_err());
 }
