@@ -218,9 +218,7 @@ pub fn of_cases(cases: &[Case]) -> Coverage {
         };
         let mut seen = std::collections::BTreeSet::new();
         for trial in case.trials().into_iter().filter(|t| t.skip.is_none()) {
-            let Ok(path) = trial.path.parse::<PathId>() else {
-                continue;
-            };
+            let path = trial.path;
             let splits =
                 crate::runner::forced_splits(trial.split).map_or(Splits::Policy, Splits::Forced);
             let plan = match plan_launches(path, &g, splits) {
@@ -339,5 +337,29 @@ impl Coverage {
             })
             .collect();
         serde_json::json!({ "rows": rows, "gaps": gaps, "unplanned": self.unplanned })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relattn_matrices::{Requirement, Rules};
+
+    /// tiers/paths.toml lets through, on every path, exactly the dtypes the kernels have entries
+    /// for: the one rule of that file the launch plans also check.
+    #[test]
+    fn the_dtype_rule_is_the_kernels_entries() {
+        let rules = Rules::builtin().unwrap().0;
+        for path in PathId::ALL {
+            let dtypes: Vec<_> = rules
+                .iter()
+                .filter(|r| r.paths.contains(&path))
+                .filter_map(|r| match &r.requirement {
+                    Requirement::DTypes(list) => Some(list.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(dtypes, [DTYPES.to_vec()], "{path}");
+        }
     }
 }

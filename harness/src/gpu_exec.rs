@@ -5,6 +5,7 @@
 use crate::plan::BoundsCheck;
 use crate::runner::{forced_splits, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::session::ExecutorFactory;
+use rayon::prelude::*;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
     compile, compile_arch, compile_check, nvrtc_version, run_path_timed, CompilePlan, Compiled,
@@ -12,7 +13,6 @@ use relattn_kernels::gpu::{
 };
 use relattn_kernels::routing::PathId;
 use relattn_reports::{CompileCheck, Environment};
-use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -1,5 +1,6 @@
-//! relattn-kernels: routing (pure, no GPU needed) and the GPU paths (CUDA C through NVRTC).
+//! relattn-kernels: the GPU paths (CUDA C through NVRTC), the capability sources and preflight,
+//! and routing (`relattn_routing`, pure, no GPU needed) re-exported as `routing`.
 
 pub mod capability;
 pub mod gpu;
-pub mod routing;
+pub use relattn_routing as routing;

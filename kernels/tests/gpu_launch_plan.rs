@@ -1,16 +1,17 @@
 //! CPU-only checks of launch planning: split policies and forced counts, path constraints, the
-//! split range formulas the kernels share, and the output poison image.
+//! decode pieces the launch cuts splits into, and the output poison image. The split range
+//! formulas themselves are routing's (routing/tests/splits.rs).
 
 use relattn_kernels::gpu::{
-    attention_smem_bytes, decode_piece_keys, decode_piece_keys_for, decode_piece_layout,
-    decode_split_keys, files, has_single_query_ctas, kv_map_shape, launch_smem_bytes, native_arch,
-    out_poison, padding_bits, plan_launches, policy_splits, ring_stages, sheared_split_keys,
-    unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage, ATTN_SMEM_BYTES, CTA_ROWS,
-    CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES,
-    DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES,
-    QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
+    attention_smem_bytes, decode_piece_keys, decode_piece_keys_for, decode_piece_layout, files,
+    has_single_query_ctas, kv_map_shape, launch_smem_bytes, native_arch, out_poison, padding_bits,
+    plan_launches, ring_stages, unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage,
+    ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS,
+    DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, HEAD_DIM,
+    KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW,
+    SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
-use relattn_kernels::routing::{self, Capability, PathId};
+use relattn_kernels::routing::{self, decode_split_keys, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
 use relattn_reference::DType;
 
@@ -97,9 +98,10 @@ fn sheared_bias_constraints_are_typed() {
             unsupported(plan_launches(path, &geometry(&d64), Splits::Policy)).contains("head_dim")
         );
     }
+    let fits = GenSpec::global(4, 2, vec![(3, 30)], 2);
     for path in PathId::ALL {
         assert!(
-            unsupported(plan_launches(path, &geometry(&spec), Splits::Forced(0)))
+            unsupported(plan_launches(path, &geometry(&fits), Splits::Forced(0)))
                 .contains("at least 1")
         );
     }
@@ -115,7 +117,10 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
     assert!(expected > 1, "a single long decode splits on SM100");
     let plan = plan_launches(PathId::ShearedBias, &g, Splits::Policy).unwrap();
     assert_eq!(plan.num_splits, expected);
-    assert_eq!(policy_splits(PathId::ShearedBias, &g), expected);
+    assert_eq!(
+        routing::policy_splits(PathId::ShearedBias, &g.shape()),
+        expected
+    );
     assert_eq!(
         stages(&plan),
         [Stage::Prologue, Stage::Main, Stage::Combine]
@@ -170,6 +175,21 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
         (forced.launches[0].grid.0, forced.workspace_splits),
         (32, 32)
     );
+    // More splits than the policy's 32 (routing::FALLBACK_MAX_SPLITS: the kernel's one bound is
+    // its grid): still a CTA and a partial per split, the empty ones among them included.
+    for n in [64usize, 128, 1024] {
+        let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(n)).unwrap();
+        assert_eq!(stages(&forced), [Stage::Decode]);
+        assert_eq!(
+            (
+                forced.num_splits,
+                forced.decode_pieces,
+                forced.workspace_splits
+            ),
+            (n, 1, n)
+        );
+        assert_eq!(forced.launches[0].grid, (n as u32, 2, 3));
+    }
     let one = plan_launches(PathId::Fallback, &g, Splits::Forced(1)).unwrap();
     assert_eq!(stages(&one), [Stage::Main]);
     // Short global decode with small pages: the main kernel.
@@ -192,6 +212,34 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     );
 }
 
+/// The split count a plan launches, the policy's or a forced one, is checked against the path's
+/// limits before anything is planned.
+#[test]
+fn plans_check_the_split_count_they_launch() {
+    let mut spec = GenSpec::global(8, 1, vec![(1, 5000)], 3);
+    spec.rel_extent = 256;
+    let sheared = geometry(&spec);
+    let decode = geometry(&GenSpec::global(8, 2, vec![(1, 9000), (1, 20)], 4));
+    for (path, g) in [
+        (PathId::ShearedBias, &sheared),
+        (PathId::ScoreMod, &decode),
+        (PathId::Fallback, &decode),
+    ] {
+        let max = routing::path_spec(path).max_splits;
+        let plan = plan_launches(path, g, Splits::Forced(max)).unwrap();
+        assert_eq!(plan.num_splits, max, "{path}");
+        let refused = unsupported(plan_launches(path, g, Splits::Forced(max + 1)));
+        let limit = routing::path_spec(path).check_splits(max + 1).unwrap_err();
+        assert_eq!(refused, limit.to_string(), "{path}");
+        let policy = plan_launches(path, g, Splits::Policy).unwrap();
+        assert_eq!(
+            policy.num_splits,
+            routing::policy_splits(path, &g.shape()),
+            "{path}"
+        );
+    }
+}
+
 #[test]
 fn empty_batches_launch_nothing() {
     let g = geometry(&GenSpec::global(4, 4, vec![(0, 10), (0, 0)], 5));
@@ -203,86 +251,6 @@ fn empty_batches_launch_nothing() {
                 .is_empty(),
             "{path}"
         );
-    }
-}
-
-#[test]
-fn sheared_splits_partition_the_keys_in_whole_tiles() {
-    for kv_len in [1usize, 127, 128, 129, 1000, 4096, 5000] {
-        for splits in [1usize, 2, 3, 7, 16, 128] {
-            let ranges: Vec<_> = (0..splits)
-                .map(|s| sheared_split_keys(kv_len, splits, s))
-                .collect();
-            let live: Vec<_> = ranges.iter().flatten().cloned().collect();
-            // Non-empty splits come first, are non-empty, tile aligned and contiguous from 0 to Lk.
-            assert!(ranges.iter().skip(live.len()).all(Option::is_none));
-            assert_eq!(live.first().unwrap().start, 0);
-            assert_eq!(live.last().unwrap().end, kv_len);
-            for w in live.windows(2) {
-                assert_eq!(w[0].end, w[1].start);
-                assert_eq!(w[0].end % 128, 0);
-            }
-            assert!(live.iter().all(|r| r.start < r.end));
-            assert!(
-                live.len() <= kv_len.div_ceil(128),
-                "more live splits than tiles"
-            );
-        }
-    }
-}
-
-#[test]
-fn decode_splits_match_spec_and_routing() {
-    for (kv_len, window) in [
-        (1usize, -1i64),
-        (31, -1),
-        (64, -1),
-        (5000, -1),
-        (9000, 127),
-        (100, 511),
-        (2048, 511),
-    ] {
-        for splits in [1usize, 2, 3, 4, 7, 32, 40] {
-            let live: Vec<_> = (0..splits)
-                .filter_map(|s| decode_split_keys(kv_len, window, splits, s))
-                .collect();
-            let eff = if window >= 0 {
-                kv_len.min(window as usize + 1)
-            } else {
-                kv_len
-            };
-            assert_eq!(live.first().unwrap().start, kv_len - eff);
-            assert_eq!(live.last().unwrap().end, kv_len);
-            assert!(
-                live.iter().all(|r| r.start < r.end),
-                "a non-empty split holds keys"
-            );
-            for w in live.windows(2) {
-                assert_eq!(w[0].end, w[1].start);
-            }
-            // The decode kernel's merging CTA takes the non-empty splits to be exactly the first
-            // ceil(eff / split_len) (`decode_nonempty` in fallback.cu).
-            let split_len = eff.div_ceil(splits).div_ceil(32) * 32;
-            let n = eff.div_ceil(split_len);
-            assert_eq!(
-                live.len(),
-                n,
-                "kv_len {kv_len} window {window} splits {splits}"
-            );
-            assert!((0..splits)
-                .all(|s| decode_split_keys(kv_len, window, splits, s).is_some() == (s < n)));
-            // Same key ranges as routing's formula wherever it has keys.
-            let routed = routing::decode_split_ranges(kv_len, window, splits);
-            let routed: Vec<_> = routed
-                .iter()
-                .filter(|r| r.start < r.end)
-                .map(|r| r.start..r.end)
-                .collect();
-            assert_eq!(
-                routed, live,
-                "kv_len {kv_len} window {window} splits {splits}"
-            );
-        }
     }
 }
 
@@ -437,6 +405,15 @@ fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("DEC_BIAS_BYTES"), Some(DEC_BIAS_BYTES));
     assert_eq!(c_define("THREADS"), Some(CTA_THREADS as usize));
     assert_eq!(c_define("SHEAR_TILE"), Some(SHEAR_TILE));
+    assert_eq!(c_define("HEAD_DIM"), Some(HEAD_DIM));
+    // The path limits routing states are the kernels' tiles.
+    assert_eq!(
+        routing::path_spec(PathId::ShearedBias).extent_multiple_of,
+        Some(SHEAR_TILE)
+    );
+    for path in PathId::ALL {
+        assert_eq!(routing::path_spec(path).head_dim, HEAD_DIM, "{path}");
+    }
     assert_eq!(c_define("KEY_TILE"), Some(KEY_TILE));
     assert_eq!(c_define("KV_TMA_MIN_PAGE"), Some(KV_TMA_MIN_PAGE));
     // The prologue grid counts 32-row blocks of one head.

@@ -3,10 +3,10 @@
 
 use crate::layer::Layer;
 use crate::split::SplitSetting;
-use crate::PATHS;
 use relattn_reference::judge::Tolerance;
 use relattn_reference::limits::LimitError;
 use relattn_reference::{BiasMode, GenSpec, Inputs, PageMode, Window};
+use relattn_routing::PathId;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -37,9 +37,9 @@ pub struct Case {
     pub sample_rows: Option<usize>,
     pub tolerance: Tolerance,
     /// Paths that cannot take this case at all, with the reason.
-    pub excluded: BTreeMap<String, String>,
+    pub excluded: BTreeMap<PathId, String>,
     /// Split settings a path cannot take for this case, with the reason.
-    pub excluded_splits: BTreeMap<String, BTreeMap<SplitSetting, String>>,
+    pub excluded_splits: BTreeMap<PathId, BTreeMap<SplitSetting, String>>,
     /// The bug class (SPEC section 5) a regression case stands for.
     pub regression: Option<String>,
 }
@@ -47,7 +47,7 @@ pub struct Case {
 /// One (path, split) trial of a case and, when it cannot run, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrialPlan {
-    pub path: &'static str,
+    pub path: PathId,
     pub split: SplitSetting,
     pub name: String,
     pub skip: Option<String>,
@@ -131,25 +131,25 @@ impl Case {
     }
 
     /// The trial name of (path, split): `gpu::{path}::{name}::{split}::{id}`.
-    pub fn trial_name(&self, path: &str, split: SplitSetting) -> String {
+    pub fn trial_name(&self, path: PathId, split: SplitSetting) -> String {
         format!("gpu::{path}::{}::{split}::{}", self.name, self.id)
     }
 
     /// Why `path` cannot run this case with `split`, if it cannot.
-    pub fn exclusion(&self, path: &str, split: SplitSetting) -> Option<&str> {
-        if let Some(reason) = self.excluded.get(path) {
+    pub fn exclusion(&self, path: PathId, split: SplitSetting) -> Option<&str> {
+        if let Some(reason) = self.excluded.get(&path) {
             return Some(reason);
         }
         self.excluded_splits
-            .get(path)
+            .get(&path)
             .and_then(|m| m.get(&split))
             .map(String::as_str)
     }
 
     /// Every (path, split) trial of this case, in path then split order, runnable or not.
     pub fn trials(&self) -> Vec<TrialPlan> {
-        let mut out = Vec::with_capacity(PATHS.len() * self.splits.len());
-        for path in PATHS {
+        let mut out = Vec::with_capacity(PathId::ALL.len() * self.splits.len());
+        for path in PathId::ALL {
             for &split in &self.splits {
                 out.push(TrialPlan {
                     path,

@@ -10,7 +10,8 @@ pub const MAX_CASES: u64 = 100_000;
 pub const MAX_TRIALS: u64 = 1_000_000;
 /// Most split settings of one group (the tiers use up to 8).
 pub const MAX_SPLIT_SETTINGS: usize = 32;
-/// Largest forced split count (no path combines more than 128 splits).
+/// Largest forced split count of a matrix file. sheared_bias combines at most 128 splits; only
+/// fallback's decode kernel takes more, and 1024 of its 32-key splits already cover 32k keys.
 pub const MAX_FORCED_SPLITS: usize = 1024;
 
 /// The product of axis lengths, saturating instead of wrapping.

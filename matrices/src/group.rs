@@ -5,9 +5,10 @@ use crate::error::MatrixError;
 use crate::layer::Layer;
 use crate::mixes::{mix, Mix, MIXES};
 use crate::split::SplitSetting;
-use crate::{PATHS, REGRESSION_CLASSES};
+use crate::REGRESSION_CLASSES;
 use relattn_reference::limits::Dim;
 use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
+use relattn_routing::PathId;
 use serde::Deserialize;
 
 /// A `[[group]]`: the cartesian product of its axes. Only `layers`, `heads` and `mixes` are
@@ -304,7 +305,7 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
     check_lengths(file, index, &layers, &mixes, &g.page_sizes, spare_pages)?;
     let trials = cases
         .saturating_mul(splits.len() as u64)
-        .saturating_mul(PATHS.len() as u64);
+        .saturating_mul(PathId::ALL.len() as u64);
     if trials > MAX_TRIALS {
         return Err(MatrixError::TooMany {
             file: file.to_string(),
@@ -355,7 +356,7 @@ impl Group {
     pub(crate) fn trial_count(&self) -> u64 {
         self.case_count()
             .saturating_mul(self.splits.len() as u64)
-            .saturating_mul(PATHS.len() as u64)
+            .saturating_mul(PathId::ALL.len() as u64)
     }
 }
 

@@ -3,7 +3,9 @@
 //! A matrix file is a list of `[[group]]`s, each the cartesian product of its axes (layer,
 //! heads, head dim, page size, cache layout, dtype, named batch mix, bias mode, seed) with a list
 //! of split settings its trials run. `Matrix::expand` turns it into `Case`s with stable ids and
-//! lists, as `Skip`s, every (case, path, split) trial a path's rules (tiers/paths.toml) exclude.
+//! lists, as `Skip`s, every (case, path, split) trial a path cannot take: by the path's limits
+//! (`relattn_routing::PathSpec`) or by the rules of tiers/paths.toml. Paths are
+//! `relattn_routing::PathId`s; their names are text only in files and reports.
 #![deny(unsafe_code)]
 
 mod case;
@@ -29,9 +31,6 @@ pub use rules::{Requirement, Rule, Rules};
 pub use split::{shard, Shard, SplitSetting};
 
 use std::path::Path;
-
-/// The GPU paths, by the ids `relattn_kernels::routing::PathId::as_str` gives.
-pub const PATHS: [&str; 3] = ["sheared_bias", "score_mod", "fallback"];
 
 /// The built-in tiers, cheapest first.
 pub const TIERS: &[&str] = &["smoke", "ci", "nightly", "regressions"];

@@ -9,8 +9,8 @@ use crate::mixes::Mix;
 use crate::rules::Rules;
 use crate::split::SplitSetting;
 use crate::tolerance::{self, RawTolerance, Tolerances};
-use crate::PATHS;
 use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
+use relattn_routing::PathId;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -46,20 +46,20 @@ pub struct Expansion {
     pub skipped: Vec<Skip>,
 }
 
-/// A trial excluded by a rule of tiers/paths.toml.
+/// A trial its path cannot take (a limit of the path's `PathSpec` or a rule of tiers/paths.toml).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skip {
     pub case_id: String,
     pub trial_name: String,
-    pub path: String,
+    pub path: PathId,
     pub split: SplitSetting,
     pub reason: String,
 }
 
 impl Expansion {
     /// Runnable trials per path (every path present, possibly 0).
-    pub fn trials_per_path(&self) -> BTreeMap<&'static str, usize> {
-        let mut out: BTreeMap<&'static str, usize> = PATHS.iter().map(|p| (*p, 0)).collect();
+    pub fn trials_per_path(&self) -> BTreeMap<PathId, usize> {
+        let mut out: BTreeMap<PathId, usize> = PathId::ALL.iter().map(|p| (*p, 0)).collect();
         for case in &self.cases {
             for t in case.trials() {
                 if t.skip.is_none() {
@@ -172,7 +172,7 @@ impl Matrix {
                     skipped.push(Skip {
                         case_id: case.id.clone(),
                         trial_name: t.name,
-                        path: t.path.to_string(),
+                        path: t.path,
                         split: t.split,
                         reason,
                     });

@@ -1,14 +1,16 @@
-//! Which GPU path can take which case: the exclusion rules of tiers/paths.toml.
+//! Which GPU path can take which case: each path's limits (`relattn_routing::PathSpec`, the same
+//! the launch plans check), then the rules of tiers/paths.toml, which state what is not a limit of
+//! a path's own: the dtypes the kernels are built for, and what a forced split count means.
 //!
-//! Every rule states one requirement of one or more paths. A case that breaks a case-level
-//! requirement is excluded from the path (every split setting is skipped); a split setting that
-//! breaks a split-level requirement is skipped alone. Skips keep the rule's reason.
+//! A case that breaks a case-level limit or rule is excluded from the path (every split setting
+//! is skipped); a split setting that breaks a split-level one is skipped alone. Skips keep the
+//! reason: the limit's rule or the rule's `reason`, then the case's values.
 
 use crate::case::Case;
 use crate::error::MatrixError;
 use crate::split::SplitSetting;
-use crate::PATHS;
 use relattn_reference::DType;
+use relattn_routing::{path_spec, PathCase, PathId, PathLimit};
 use serde::Deserialize;
 
 const PATHS_FILE: &str = "tiers/paths.toml";
@@ -25,25 +27,20 @@ struct RawRules {
 struct RawRule {
     paths: Vec<String>,
     reason: String,
-    extent_multiple_of: Option<usize>,
-    local_window_is_extent_minus_one: Option<bool>,
     dtypes: Option<Vec<String>>,
-    head_dims: Option<Vec<usize>>,
-    max_forced_splits: Option<usize>,
     forced_splits_decode_only: Option<bool>,
+    // A path's own limits, which `PathSpec` states; read only to refuse them by name.
+    extent_multiple_of: Option<toml::Value>,
+    local_window_is_extent_minus_one: Option<toml::Value>,
+    head_dims: Option<toml::Value>,
+    max_forced_splits: Option<toml::Value>,
 }
 
 /// What a rule requires.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Requirement {
-    /// `E % n == 0`.
-    ExtentMultipleOf(usize),
-    /// On local layers `window_left + 1 == E`.
-    LocalWindowIsExtentMinusOne,
+    /// The storage dtype is one of these.
     DTypes(Vec<DType>),
-    HeadDims(Vec<usize>),
-    /// Forced split counts at most `n` (`Policy` always passes: the route decides).
-    MaxForcedSplits(usize),
     /// Forced split counts only on decode-only cases (every `Lq <= 1`).
     ForcedSplitsDecodeOnly,
 }
@@ -51,7 +48,7 @@ pub enum Requirement {
 /// One requirement of some paths, with the reason reports show when it excludes a trial.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
-    pub paths: Vec<&'static str>,
+    pub paths: Vec<PathId>,
     pub reason: String,
     pub requirement: Requirement,
 }
@@ -62,21 +59,10 @@ impl Rule {
     fn case_breaks(&self, case: &Case) -> Option<String> {
         let s = &case.spec;
         match &self.requirement {
-            Requirement::ExtentMultipleOf(n) => {
-                (!s.rel_extent.is_multiple_of(*n)).then(|| format!("E = {}", s.rel_extent))
-            }
-            Requirement::LocalWindowIsExtentMinusOne => {
-                (relattn_reference::Window::from_left(s.window_left).is_local()
-                    && !relattn_reference::window_spans_extent(s.window_left, s.rel_extent))
-                .then(|| format!("window_left = {}, E = {}", s.window_left, s.rel_extent))
-            }
             Requirement::DTypes(list) => {
                 (!list.contains(&s.dtype)).then(|| format!("dtype {}", s.dtype))
             }
-            Requirement::HeadDims(list) => {
-                (!list.contains(&s.head_dim)).then(|| format!("head_dim {}", s.head_dim))
-            }
-            Requirement::MaxForcedSplits(_) | Requirement::ForcedSplitsDecodeOnly => None,
+            Requirement::ForcedSplitsDecodeOnly => None,
         }
     }
 
@@ -84,12 +70,20 @@ impl Rule {
     fn split_breaks(&self, case: &Case, split: SplitSetting) -> Option<String> {
         let forced = split.forced()?;
         match self.requirement {
-            Requirement::MaxForcedSplits(n) => (forced > n).then(|| format!("{forced} splits")),
             Requirement::ForcedSplitsDecodeOnly => (!case.is_decode_only())
                 .then(|| format!("{forced} splits, longest query {}", case.max_query_len())),
-            _ => None,
+            Requirement::DTypes(_) => None,
         }
     }
+}
+
+/// A skip's reason: the rule, then the case's values.
+fn reason(rule: &str, detail: &str) -> String {
+    format!("{rule} ({detail})")
+}
+
+fn limit_reason(limit: PathLimit) -> String {
+    reason(&limit.rule(), &limit.detail())
 }
 
 /// The rules of tiers/paths.toml.
@@ -113,26 +107,45 @@ impl Rules {
         Ok(Rules(rules))
     }
 
-    /// Fill `case.excluded` and `case.excluded_splits`; the first broken rule gives the reason.
+    /// Fill `case.excluded` and `case.excluded_splits`: per path, the path's own limits first,
+    /// then the rules in file order; the first one broken gives the reason. `policy` passes the
+    /// split-level ones: the route decides the count, within the path's limits.
     pub fn apply(&self, case: &mut Case) {
         case.excluded.clear();
         case.excluded_splits.clear();
-        for path in PATHS {
+        let facts = PathCase {
+            rel_extent: case.spec.rel_extent,
+            window_left: case.spec.window_left,
+            head_dim: case.spec.head_dim,
+        };
+        for path in PathId::ALL {
+            let spec = path_spec(path);
             let rules = || self.0.iter().filter(|r| r.paths.contains(&path));
-            if let Some(reason) = rules().find_map(|r| r.case_breaks(case).map(|d| (r, d))) {
-                let (rule, detail) = reason;
-                case.excluded
-                    .insert(path.to_string(), format!("{} ({detail})", rule.reason));
+            let excluded = spec.check_case(&facts).err().map(limit_reason).or_else(|| {
+                rules().find_map(|r| r.case_breaks(case).map(|d| reason(&r.reason, &d)))
+            });
+            if let Some(why) = excluded {
+                case.excluded.insert(path, why);
                 continue;
             }
             for &split in &case.splits {
-                if let Some((rule, detail)) =
-                    rules().find_map(|r| r.split_breaks(case, split).map(|d| (r, d)))
-                {
+                let Some(forced) = split.forced() else {
+                    continue;
+                };
+                let skipped = spec
+                    .check_splits(forced)
+                    .err()
+                    .map(limit_reason)
+                    .or_else(|| {
+                        rules().find_map(|r| {
+                            r.split_breaks(case, split).map(|d| reason(&r.reason, &d))
+                        })
+                    });
+                if let Some(why) = skipped {
                     case.excluded_splits
-                        .entry(path.to_string())
+                        .entry(path)
                         .or_default()
-                        .insert(split, format!("{} ({detail})", rule.reason));
+                        .insert(split, why);
                 }
             }
         }
@@ -141,20 +154,32 @@ impl Rules {
 
 fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
     let key = |k: &str| format!("[[rule]] #{index}.{k}");
+    for (name, value) in [
+        ("extent_multiple_of", &r.extent_multiple_of),
+        (
+            "local_window_is_extent_minus_one",
+            &r.local_window_is_extent_minus_one,
+        ),
+        ("head_dims", &r.head_dims),
+        ("max_forced_splits", &r.max_forced_splits),
+    ] {
+        if let Some(value) = value {
+            return Err(MatrixError::bad(
+                file,
+                key(name),
+                value,
+                "a limit of the path itself: relattn_routing::PathSpec states it (and the launch \
+                 plans check it), not this file",
+            ));
+        }
+    }
     let mut paths = Vec::new();
     for p in &r.paths {
-        match PATHS.iter().find(|known| *known == p) {
-            Some(known) => paths.push(*known),
-            None => {
-                let reason = format!("unknown path (expected one of {})", PATHS.join(", "));
-                return Err(MatrixError::bad(
-                    file,
-                    key("paths"),
-                    format!("{p:?}"),
-                    reason,
-                ));
-            }
-        }
+        let path = p.parse::<PathId>().map_err(|_| {
+            let reason = format!("unknown path (expected one of {})", PathId::names());
+            MatrixError::bad(file, key("paths"), format!("{p:?}"), reason)
+        })?;
+        paths.push(path);
     }
     if paths.is_empty() {
         return Err(MatrixError::bad(
@@ -173,20 +198,6 @@ fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
         ));
     }
     let mut found = Vec::new();
-    if let Some(n) = r.extent_multiple_of {
-        if n == 0 {
-            return Err(MatrixError::bad(
-                file,
-                key("extent_multiple_of"),
-                0,
-                "must be >= 1",
-            ));
-        }
-        found.push(Requirement::ExtentMultipleOf(n));
-    }
-    if r.local_window_is_extent_minus_one == Some(true) {
-        found.push(Requirement::LocalWindowIsExtentMinusOne);
-    }
     if let Some(list) = &r.dtypes {
         let mut dtypes = Vec::new();
         for d in list {
@@ -197,27 +208,11 @@ fn rule(file: &str, index: usize, r: RawRule) -> Result<Rule, MatrixError> {
         }
         found.push(Requirement::DTypes(dtypes));
     }
-    if let Some(list) = &r.head_dims {
-        found.push(Requirement::HeadDims(list.clone()));
-    }
-    if let Some(n) = r.max_forced_splits {
-        if n == 0 {
-            return Err(MatrixError::bad(
-                file,
-                key("max_forced_splits"),
-                0,
-                "must be >= 1",
-            ));
-        }
-        found.push(Requirement::MaxForcedSplits(n));
-    }
     if r.forced_splits_decode_only == Some(true) {
         found.push(Requirement::ForcedSplitsDecodeOnly);
     }
     if found.len() != 1 {
-        let reason = "a rule states exactly one requirement (extent_multiple_of, \
-                      local_window_is_extent_minus_one, dtypes, head_dims, max_forced_splits or \
-                      forced_splits_decode_only)";
+        let reason = "a rule states exactly one requirement (dtypes or forced_splits_decode_only)";
         return Err(MatrixError::bad(
             file,
             format!("[[rule]] #{index}"),

@@ -1,6 +1,7 @@
 //! Exclusion rules: skipped trials are reported with their reasons, never dropped.
 
-use relattn_matrices::{Case, Expansion, Matrix, Rules, SplitSetting, PATHS};
+use relattn_matrices::{Case, Expansion, Matrix, Requirement, Rules, SplitSetting};
+use relattn_routing::{path_spec, PathCase, PathId};
 
 fn expand(text: &str) -> Expansion {
     Matrix::parse(text, "test", "test.toml")
@@ -26,7 +27,7 @@ fn every_trial_either_runs_or_is_skipped_with_a_reason() {
             planned,
             x.cases
                 .iter()
-                .map(|c| PATHS.len() * c.splits.len())
+                .map(|c| PathId::ALL.len() * c.splits.len())
                 .sum::<usize>()
         );
         for s in &x.skipped {
@@ -51,7 +52,7 @@ fn sheared_bias_needs_a_128_multiple_extent() {
     "#;
     let x = expand(text);
     for c in &x.cases {
-        let excluded = c.excluded.get("sheared_bias");
+        let excluded = c.excluded.get(&PathId::ShearedBias);
         if c.spec.rel_extent == 1000 {
             let reason = excluded.expect("E = 1000 excluded");
             assert!(
@@ -64,14 +65,17 @@ fn sheared_bias_needs_a_128_multiple_extent() {
                 .find(|s| s.case_id == c.id)
                 .expect("reported");
             assert_eq!(
-                (skip.path.as_str(), skip.split),
-                ("sheared_bias", SplitSetting::Policy)
+                (skip.path, skip.split),
+                (PathId::ShearedBias, SplitSetting::Policy)
             );
             assert_eq!(&skip.reason, reason);
         } else {
             assert!(excluded.is_none());
         }
-        assert!(!c.excluded.contains_key("score_mod") && !c.excluded.contains_key("fallback"));
+        assert!(
+            !c.excluded.contains_key(&PathId::ScoreMod)
+                && !c.excluded.contains_key(&PathId::Fallback)
+        );
     }
     assert_eq!(x.skipped.len(), 2);
 }
@@ -80,7 +84,7 @@ fn sheared_bias_needs_a_128_multiple_extent() {
 fn sheared_bias_needs_the_window_to_match_the_extent_on_local_layers() {
     let c =
         one("[[group]]\nlayers = [\"local_e512_w300\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]");
-    let reason = &c.excluded["sheared_bias"];
+    let reason = &c.excluded[&PathId::ShearedBias];
     assert!(reason.contains("window_left = 300"), "{reason}");
     let ok = one("[[group]]\nlayers = [\"local_e512\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]");
     assert!(ok.excluded.is_empty());
@@ -98,30 +102,41 @@ fn score_mod_takes_only_one_split_and_fallback_forces_splits_only_on_decodes() {
     let x = expand(text);
     let decode = x.cases.iter().find(|c| c.mix == "decode").unwrap();
     let mixed = x.cases.iter().find(|c| c.mix == "mixed").unwrap();
-    let skipped = |c: &Case, path: &str| -> Vec<String> {
+    let skipped = |c: &Case, path: PathId| -> Vec<String> {
         c.splits
             .iter()
             .filter(|s| c.exclusion(path, **s).is_some())
             .map(|s| s.to_string())
             .collect()
     };
-    assert_eq!(skipped(decode, "score_mod"), ["s2", "s64", "s128"]);
-    assert_eq!(skipped(decode, "fallback"), ["s64", "s128"]);
-    assert_eq!(skipped(decode, "sheared_bias"), Vec::<String>::new());
-    assert_eq!(skipped(mixed, "fallback"), ["s1", "s2", "s64", "s128"]);
+    assert_eq!(skipped(decode, PathId::ScoreMod), ["s2", "s64", "s128"]);
+    // fallback's decode kernel takes more splits than its policy's 32.
+    assert_eq!(skipped(decode, PathId::Fallback), Vec::<String>::new());
+    assert_eq!(skipped(decode, PathId::ShearedBias), Vec::<String>::new());
+    assert_eq!(
+        skipped(mixed, PathId::Fallback),
+        ["s1", "s2", "s64", "s128"]
+    );
     let reason = mixed
-        .exclusion("fallback", SplitSetting::Forced(2))
+        .exclusion(PathId::Fallback, SplitSetting::Forced(2))
         .unwrap();
     assert!(
         reason.contains("decode") && reason.contains("longest query 48"),
         "{reason}"
     );
-    assert!(decode
-        .exclusion("score_mod", SplitSetting::Forced(2))
-        .unwrap()
-        .contains("split"));
+    assert_eq!(
+        decode
+            .exclusion(PathId::ScoreMod, SplitSetting::Forced(2))
+            .unwrap(),
+        "score_mod has no split-KV (SM90 contract): num_splits must be 1 (2 splits)"
+    );
     // Every one of those appears in the expansion's skip list.
-    let count = |c: &Case| PATHS.iter().map(|p| skipped(c, p).len()).sum::<usize>();
+    let count = |c: &Case| {
+        PathId::ALL
+            .iter()
+            .map(|p| skipped(c, *p).len())
+            .sum::<usize>()
+    };
     assert_eq!(x.skipped.len(), count(decode) + count(mixed));
 }
 
@@ -137,7 +152,7 @@ fn fp32_and_other_head_dims_are_reference_only() {
     "#;
     for c in expand(text).cases {
         assert_eq!(c.excluded.len(), 3, "{}", c.name);
-        let reason = &c.excluded["fallback"];
+        let reason = &c.excluded[&PathId::Fallback];
         assert!(
             reason.contains("fp32") || reason.contains("head_dim 64"),
             "{reason}"
@@ -147,17 +162,88 @@ fn fp32_and_other_head_dims_are_reference_only() {
 
 #[test]
 fn the_builtin_rules_parse_and_bad_rules_are_errors() {
-    assert!(Rules::builtin().unwrap().0.len() >= 6);
-    let two = "[[rule]]\npaths = [\"fallback\"]\nreason = \"r\"\nextent_multiple_of = 2\nmax_forced_splits = 4";
+    // Only what is not a path's own limit: the kernels' dtypes, and what a forced count means.
+    let rules = Rules::builtin().unwrap().0;
+    let requirements: Vec<_> = rules.iter().map(|r| (&r.requirement, &r.paths)).collect();
+    assert_eq!(requirements.len(), 2);
+    assert!(matches!(requirements[0], (Requirement::DTypes(_), p) if p == &PathId::ALL));
+    assert_eq!(
+        requirements[1],
+        (
+            &Requirement::ForcedSplitsDecodeOnly,
+            &vec![PathId::Fallback]
+        )
+    );
+    let two = "[[rule]]\npaths = [\"fallback\"]\nreason = \"r\"\ndtypes = [\"bf16\"]\nforced_splits_decode_only = true";
     let err = Rules::parse(two, "p.toml").unwrap_err().to_string();
     assert!(err.contains("exactly one requirement"), "{err}");
-    let unknown = "[[rule]]\npaths = [\"tensor_cores\"]\nreason = \"r\"\nextent_multiple_of = 2";
+    // An unknown path is an error, never a rule skipped.
+    let unknown = "[[rule]]\npaths = [\"tensor_cores\"]\nreason = \"r\"\ndtypes = [\"bf16\"]";
     let err = Rules::parse(unknown, "p.toml").unwrap_err().to_string();
     assert!(
         err.contains("tensor_cores") && err.contains("unknown path"),
         "{err}"
     );
-    let typo = "[[rule]]\npaths = [\"fallback\"]\nreason = \"r\"\nextent_multiple = 2";
+    let typo = "[[rule]]\npaths = [\"fallback\"]\nreason = \"r\"\ndtype = [\"bf16\"]";
     let err = Rules::parse(typo, "p.toml").unwrap_err().to_string();
-    assert!(err.contains("extent_multiple"), "{err}");
+    assert!(err.contains("dtype"), "{err}");
+    // A path's own limits are PathSpec's: the file may not state them again.
+    for key in [
+        "extent_multiple_of = 128",
+        "local_window_is_extent_minus_one = true",
+        "head_dims = [128]",
+        "max_forced_splits = 32",
+    ] {
+        let text = format!("[[rule]]\npaths = [\"fallback\"]\nreason = \"r\"\n{key}");
+        let err = Rules::parse(&text, "p.toml").unwrap_err().to_string();
+        let name = key.split(' ').next().unwrap();
+        assert!(err.contains(name) && err.contains("PathSpec"), "{err}");
+    }
+}
+
+/// The limits the matrices skip trials for are the ones the launch plans refuse: every runnable
+/// trial of every tier passes its path's `PathSpec`, and every trial a limit skips breaks it.
+#[test]
+fn skips_follow_the_path_specs() {
+    for tier in relattn_matrices::TIERS {
+        let x = relattn_matrices::load_tier(tier).unwrap().expand().unwrap();
+        for c in &x.cases {
+            let facts = PathCase {
+                rel_extent: c.spec.rel_extent,
+                window_left: c.spec.window_left,
+                head_dim: c.spec.head_dim,
+            };
+            for t in c.trials() {
+                let spec = path_spec(t.path);
+                let fits = spec.check_case(&facts).is_ok()
+                    && t.split
+                        .forced()
+                        .is_none_or(|n| spec.check_splits(n).is_ok());
+                if t.skip.is_none() {
+                    assert!(fits, "{tier}: {} runs past its path's limits", t.name);
+                }
+                if !fits {
+                    assert!(t.skip.is_some(), "{tier}: {} is not skipped", t.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fallback_takes_forced_splits_past_its_policy() {
+    let c = one(
+        "[[group]]\nlayers = [\"global_e1024\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]\nsplits = [64, 128, 1024]",
+    );
+    for n in [64, 128, 1024] {
+        assert_eq!(
+            c.exclusion(PathId::Fallback, SplitSetting::Forced(n)),
+            None,
+            "{n}"
+        );
+    }
+    assert_eq!(
+        c.exclusion(PathId::ShearedBias, SplitSetting::Forced(1024)),
+        Some("sheared_bias combines at most 128 KV splits (1024 splits)")
+    );
 }

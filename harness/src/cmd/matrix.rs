@@ -1,7 +1,8 @@
 //! `relattn matrix`: the tiers and their case counts, or the cases of one tier or file.
 
 use anyhow::Result;
-use relattn_matrices::{load, load_tier, Expansion, Shard, PATHS, TIERS};
+use relattn_kernels::routing::PathId;
+use relattn_matrices::{load, load_tier, Expansion, Shard, TIERS};
 use std::fmt::Write;
 
 #[derive(Debug, clap::Args)]
@@ -89,16 +90,16 @@ fn usage(err: relattn_matrices::MatrixError) -> anyhow::Error {
 fn list() -> Result<String> {
     let mut out = String::new();
     let _ = write!(out, "{:<12} {:>7}", "tier", "cases");
-    for path in PATHS {
-        let _ = write!(out, " {path:>13}");
+    for path in PathId::ALL {
+        let _ = write!(out, " {:>13}", path.as_str());
     }
     let _ = writeln!(out, " {:>8}", "skipped");
     for tier in TIERS {
         let x = load_tier(tier).and_then(|m| m.expand()).map_err(usage)?;
         let per_path = x.trials_per_path();
         let _ = write!(out, "{tier:<12} {:>7}", x.cases.len());
-        for path in PATHS {
-            let _ = write!(out, " {:>13}", per_path.get(path).copied().unwrap_or(0));
+        for path in PathId::ALL {
+            let _ = write!(out, " {:>13}", per_path.get(&path).copied().unwrap_or(0));
         }
         let _ = writeln!(out, " {:>8}", x.skipped.len());
     }

@@ -1,13 +1,15 @@
 //! What a path launches for a problem: which stages, their grids, the split count (from the
-//! production policy or forced) and the workspaces. Pure, so it is tested without a GPU; the
-//! kernels derive split ranges from the same formulas (`sheared_split_keys`, `decode_split_keys`).
+//! production policy or forced) and the workspaces. Pure, so it is tested without a GPU. The
+//! split arithmetic (policy counts, split keys) is routing's; the kernels derive split ranges
+//! from the same formulas (`routing::sheared_split_keys`, `routing::decode_split_keys`); the
+//! decode pieces below are the launch's own cut of those splits.
 
 #![deny(unsafe_code)]
 
 use super::error::GpuError;
 use super::geometry::Geometry;
 use super::source::{Stage, DTYPES};
-use crate::routing::{self, Capability, PathId};
+use crate::routing::{self, PathId};
 use std::ops::Range;
 
 /// Virtual rows (query row x query head of one KV head's group) an attention CTA computes;
@@ -18,9 +20,9 @@ pub(crate) const PROLOGUE_ROWS: usize = 32;
 /// Threads per CTA; mirrors `THREADS` in common.cuh.
 pub const CTA_THREADS: u32 = 128;
 /// The only head dim the kernels are built for; mirrors `HEAD_DIM`.
-pub const HEAD_DIM: usize = 128;
+pub use crate::routing::HEAD_DIM;
 /// Key tile of the sheared bias buffer and of sheared_bias splits; mirrors `SHEAR_TILE`.
-pub const SHEAR_TILE: usize = 128;
+pub use crate::routing::SHEAR_TILE;
 /// Shared memory of one stage of the single-query CTAs' K/V ring; mirrors `DEC_STAGE_BYTES`.
 pub const DEC_STAGE_BYTES: usize = 32768;
 /// Ring depths the kernels accept; mirror `DEC_MIN_STAGES` and `DEC_MAX_STAGES`.
@@ -65,8 +67,6 @@ pub const DECODE_TARGET_CTAS: usize = 256;
 /// Fewest keys of a decode piece (16 key tiles): shorter pieces would spend more on starting
 /// CTAs and merging than they win.
 pub const DECODE_MIN_PIECE_KEYS: usize = 1024;
-/// The SM100 row's policy drives sheared_bias's split count wherever it runs.
-pub const SHEARED_POLICY_ARCH: Capability = Capability::new(10, 0);
 
 /// How many KV splits a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,33 +128,6 @@ fn dim(path: PathId, what: &str, n: usize, max: usize) -> Result<u32, GpuError> 
     Ok(n as u32)
 }
 
-/// Keys `[start, end)` of sheared_bias split `s` of a request with `kv_len` keys, or None when the
-/// split is empty: split s covers key tiles `[s * tps, (s + 1) * tps)` with
-/// `tps = ceil(ceil(kv_len / 128) / splits)`, and is empty iff `s * tps >= ceil(kv_len / 128)`.
-pub fn sheared_split_keys(kv_len: usize, splits: usize, s: usize) -> Option<Range<usize>> {
-    let tiles = kv_len.div_ceil(SHEAR_TILE);
-    let tps = tiles.div_ceil(splits.max(1));
-    (s * tps < tiles).then(|| s * tps * SHEAR_TILE..((s + 1) * tps * SHEAR_TILE).min(kv_len))
-}
-
-/// Keys of decode split `s` (SPEC 4.3), or None when the split is empty (`s * split_len >= eff`).
-pub fn decode_split_keys(
-    kv_len: usize,
-    window_left: i64,
-    splits: usize,
-    s: usize,
-) -> Option<Range<usize>> {
-    let eff = routing::visible_len(kv_len, window_left);
-    let offset = kv_len - eff;
-    let split_len = decode_split_len(eff, splits);
-    (s * split_len < eff).then(|| offset + s * split_len..offset + ((s + 1) * split_len).min(eff))
-}
-
-/// Keys of one decode split (SPEC 4.3): `ceil(ceil(eff / splits) / 32) * 32`.
-fn decode_split_len(eff: usize, splits: usize) -> usize {
-    eff.div_ceil(splits.max(1)).div_ceil(32) * 32
-}
-
 /// How the fallback decode kernel cuts a split of `split_len` keys into pieces of at most
 /// `piece_keys` (mirrors `DecodePieces` in fallback.cu): `(piece_len, pieces)` with
 /// `k = ceil(split_len / piece_keys)`, `piece_len = ceil(ceil(split_len / k) / 32) * 32` and
@@ -176,9 +149,9 @@ pub fn decode_piece_keys(
     piece_keys: usize,
     u: usize,
 ) -> Option<Range<usize>> {
-    let split_len = decode_split_len(routing::visible_len(kv_len, window_left), splits);
+    let split_len = routing::decode_split_len(routing::visible_len(kv_len, window_left), splits);
     let (piece_len, pieces) = decode_piece_layout(split_len, piece_keys);
-    let split = decode_split_keys(kv_len, window_left, splits, u / pieces)?;
+    let split = routing::decode_split_keys(kv_len, window_left, splits, u / pieces)?;
     let start = split.start + (u % pieces) * piece_len;
     (start < split.end).then(|| start..(start + piece_len).min(split.end))
 }
@@ -190,30 +163,6 @@ pub fn decode_piece_keys(
 pub fn decode_piece_keys_for(ctas: usize, split_len: usize) -> usize {
     let k = DECODE_TARGET_CTAS.div_ceil(ctas.max(1)).max(1);
     (split_len.div_ceil(k).div_ceil(64) * 64).max(DECODE_MIN_PIECE_KEYS)
-}
-
-/// The split count the production policy picks for `path` on this problem.
-pub fn policy_splits(path: PathId, g: &Geometry) -> usize {
-    let shape = g.shape();
-    match path {
-        PathId::ScoreMod => 1,
-        PathId::ShearedBias => {
-            routing::lookup(SHEARED_POLICY_ARCH).map_or(1, |row| routing::num_splits(row, &shape))
-        }
-        PathId::Fallback => {
-            if routing::use_split_kv_decode(
-                shape.max_query_len,
-                shape.max_kv_len,
-                shape.page_size,
-                shape.window_left,
-                true,
-            ) {
-                routing::decode_split_count(shape.max_kv_len, shape.window_left)
-            } else {
-                1
-            }
-        }
-    }
 }
 
 /// What the launcher knows of the device's multiprocessors when it sizes shared memory.
@@ -353,15 +302,16 @@ pub fn kv_map_shape(
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.
 pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<LaunchPlan, GpuError> {
-    if g.head_dim != HEAD_DIM {
-        return Err(unsupported(
-            path,
-            format!(
-                "head_dim {} (the kernels are built for D = {HEAD_DIM})",
-                g.head_dim
-            ),
-        ));
-    }
+    // The path's limits (routing's `PathSpec`): the case first, then the split count the
+    // launches will really use, the policy's or the forced one.
+    let spec = routing::path_spec(path);
+    let limit = |l: routing::PathLimit| unsupported(path, l.to_string());
+    let case = routing::PathCase {
+        rel_extent: g.rel_extent,
+        window_left: g.window_left,
+        head_dim: g.head_dim,
+    };
+    spec.check_case(&case).map_err(limit)?;
     if !DTYPES.contains(&g.dtype) {
         return Err(unsupported(
             path,
@@ -371,9 +321,12 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             ),
         ));
     }
-    if let Splits::Forced(0) = splits {
-        return Err(unsupported(path, "num_splits must be at least 1"));
-    }
+    let shape = g.shape();
+    let num_splits = match splits {
+        Splits::Policy => routing::policy_splits(path, &shape),
+        Splits::Forced(n) => n,
+    };
+    spec.check_splits(num_splits).map_err(limit)?;
     let h = g.num_heads;
     let batch = dim(path, "batch", g.batch(), 65535)?;
     let heads = dim(path, "num_heads", h, 65535)?;
@@ -404,29 +357,16 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     } else {
         Stage::Main
     };
-    let (num_splits, workspace_splits, shear_width) = match path {
+    let (workspace_splits, shear_width) = match path {
         PathId::ScoreMod => {
-            if let Splits::Forced(n) = splits {
-                if n > 1 {
-                    return Err(unsupported(
-                        path,
-                        format!("score_mod has no split-KV: num_splits must be 1, got {n}"),
-                    ));
-                }
-            }
             launches.push(Launch {
                 stage: query_stage,
                 grid: (group_tiles, kv_heads, batch),
             });
-            (1, 0, 0)
+            (0, 0)
         }
         PathId::ShearedBias => {
-            routing::check_path(path, g.rel_extent, g.window_left, 1)
-                .map_err(|r| unsupported(path, r))?;
-            let s = match splits {
-                Splits::Policy => policy_splits(path, g),
-                Splits::Forced(n) => n,
-            };
+            let s = num_splits;
             launches.push(Launch {
                 stage: Stage::Prologue,
                 grid: (q_tiles(PROLOGUE_ROWS)?, heads, batch),
@@ -447,13 +387,15 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                     grid: (rows, heads, 1),
                 });
             }
-            (s, if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
+            (if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
         }
         PathId::Fallback => {
-            // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split).
-            let (decode, s) = match splits {
-                Splits::Policy => (uses_policy_decode(g), policy_splits(path, g)),
-                Splits::Forced(n) => (n > 1, n),
+            // Policy: the two-stage decode kernel when SPEC 4.3 says so (possibly with one split);
+            // forced: the decode kernel for more than one split.
+            let s = num_splits;
+            let decode = match splits {
+                Splits::Policy => routing::fallback_decode_splits(&shape).is_some(),
+                Splits::Forced(n) => n > 1,
             };
             if decode && !g.decode_only() {
                 return Err(unsupported(
@@ -463,8 +405,10 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             }
             if decode {
                 // A CTA per piece of a split; the longest request's splits have the most pieces.
-                let split_len =
-                    decode_split_len(routing::visible_len(g.max_kv_len(), g.window_left), s);
+                let split_len = routing::decode_split_len(
+                    routing::visible_len(g.max_kv_len(), g.window_left),
+                    s,
+                );
                 let ctas = g.batch().saturating_mul(g.num_kv_heads).saturating_mul(s);
                 piece_keys = decode_piece_keys_for(ctas, split_len);
                 let (_, pieces) = decode_piece_layout(split_len, piece_keys);
@@ -477,13 +421,13 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                     grid: (sx, kv_heads, batch),
                 });
                 // Piece partials, then (when a split has several pieces) the splits' partials.
-                (s, if pieces > 1 { slots + s } else { slots }, 0)
+                (if pieces > 1 { slots + s } else { slots }, 0)
             } else {
                 launches.push(Launch {
                     stage: query_stage,
                     grid: (group_tiles, kv_heads, batch),
                 });
-                (1, 0, 0)
+                (0, 0)
             }
         }
     };
@@ -497,15 +441,4 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
         decode_pieces,
         shear_width,
     })
-}
-
-/// The fallback policy picks the two-stage decode kernel (possibly with one split).
-fn uses_policy_decode(g: &Geometry) -> bool {
-    routing::use_split_kv_decode(
-        g.max_query_len(),
-        g.max_kv_len(),
-        g.page_size,
-        g.window_left,
-        true,
-    )
 }

@@ -2,9 +2,8 @@
 //! user mistypes (zero heads, huge lengths) give a defined answer instead of a panic, and callers
 //! that take user input validate the shape first (`Shape::validate`).
 
-use super::{ArchRow, Outcome, Shape};
-use relattn_reference::Window;
-use serde::Serialize;
+use super::{lookup, ArchRow, Capability, Outcome, PathId, Shape};
+use crate::window::{self, visible_len};
 
 /// `bucket_max_seqlen_q(n) = 1 << bit_length(max(0, n - 1))` (SPEC 4.4): the smallest power of two
 /// not below `n` (1 for 0 and 1). Past 2^63 no power of two fits a `usize`; it saturates there.
@@ -71,60 +70,45 @@ pub fn use_split_kv_decode(
     if max_kv_len >= 8192 || page_size >= 64 {
         return true;
     }
-    if Window::from_left(window_left).is_local() {
+    if window::is_local(window_left) {
         return page_size >= 32;
     }
     false
 }
 
-/// The number of visible keys of a request: all `kv_len` keys, or the window on local layers.
-pub fn visible_len(kv_len: usize, window_left: i64) -> usize {
-    Window::from_left(window_left).visible_len(kv_len)
-}
-
 /// Splits of the two-stage decode kernel (SPEC 4.3): at most 4 on windowed layers (one per 128
 /// visible keys), at most 32 on global ones (one per 2048 keys).
 pub fn decode_split_count(max_kv_len: usize, window_left: i64) -> usize {
-    if Window::from_left(window_left).is_local() {
+    if window::is_local(window_left) {
         ceil_div(visible_len(max_kv_len, window_left), 128).clamp(1, 4)
     } else {
         ceil_div(max_kv_len.max(1), 2048).clamp(1, 32)
     }
 }
 
-/// One split of one request: absolute key indices `[start, end)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct SplitRange {
-    pub index: usize,
-    pub start: usize,
-    pub end: usize,
-    /// The split holds no key: the kernel must neither write nor the merge read its partials.
-    /// Empty splits are reported with `start == end == kv_len`.
-    pub empty: bool,
+/// The decode kernel's splits under SPEC 4.3 for `shape`, or None when the policy keeps the
+/// fallback path's main kernel.
+pub fn fallback_decode_splits(shape: &Shape) -> Option<usize> {
+    use_split_kv_decode(
+        shape.max_query_len,
+        shape.max_kv_len,
+        shape.page_size,
+        shape.window_left,
+        true,
+    )
+    .then(|| decode_split_count(shape.max_kv_len, shape.window_left))
 }
 
-/// The key ranges of a request with `kv_len` keys cut into `splits` splits (SPEC 4.3):
-/// `eff` visible keys starting at `kv_offset = kv_len - eff`, `split_len = ceil(ceil(eff / S) / 32)
-/// * 32`. Non-empty splits come first and partition `[kv_offset, kv_len)`; the rest are empty.
-/// `splits == 0` gives no ranges.
-pub fn decode_split_ranges(kv_len: usize, window_left: i64, splits: usize) -> Vec<SplitRange> {
-    if splits == 0 {
-        return Vec::new();
+/// The SM100 row's policy drives sheared_bias's split count wherever it runs.
+pub const SHEARED_POLICY_ARCH: Capability = Capability::new(10, 0);
+
+/// The split count `path`'s production policy picks for `shape`, on whichever GPU the path runs:
+/// SPEC 4.1 on the SM100 row for sheared_bias, SPEC 4.3 for fallback (1 when its main kernel
+/// runs), 1 for score_mod.
+pub fn policy_splits(path: PathId, shape: &Shape) -> usize {
+    match path {
+        PathId::ScoreMod => 1,
+        PathId::ShearedBias => lookup(SHEARED_POLICY_ARCH).map_or(1, |row| num_splits(row, shape)),
+        PathId::Fallback => fallback_decode_splits(shape).unwrap_or(1),
     }
-    let eff = visible_len(kv_len, window_left);
-    let kv_offset = kv_len - eff;
-    let split_len = ceil_div(ceil_div(eff, splits), 32).saturating_mul(32);
-    (0..splits)
-        .map(|s| {
-            let first = s.saturating_mul(split_len);
-            let last = (s + 1).saturating_mul(split_len);
-            let empty = first >= eff;
-            SplitRange {
-                index: s,
-                start: kv_offset + first.min(eff),
-                end: kv_offset + last.min(eff),
-                empty,
-            }
-        })
-        .collect()
 }

@@ -2,9 +2,9 @@
 //! examples.
 
 use proptest::prelude::*;
-use relattn_kernels::routing::{
-    bucket_max_seqlen_q, decide, decode_split_count, decode_split_ranges, lookup, num_splits,
-    table, Capability, Outcome, PathId, Shape,
+use relattn_routing::{
+    bucket_max_seqlen_q, decide, decode_split_count, decode_split_keys, fallback_decode_splits,
+    lookup, num_splits, path_spec, policy_splits, table, Capability, Outcome, PathId, Shape,
 };
 
 /// Any capability of the grid majors 0..=15 x minors 0..=9.
@@ -144,35 +144,47 @@ proptest! {
         prop_assert!(n <= max);
     }
 
+    /// The policies the native paths run under wherever they run are their production rows'.
+    #[test]
+    fn path_policies_are_their_rows_decisions(s in any_shape()) {
+        let d = |major, minor| decide(Capability::new(major, minor), &s);
+        prop_assert_eq!(Some(policy_splits(PathId::ShearedBias, &s)), d(10, 0).num_splits);
+        prop_assert_eq!(Some(policy_splits(PathId::ScoreMod, &s)), d(9, 0).num_splits);
+        let sm80 = d(8, 0);
+        prop_assert_eq!(Some(policy_splits(PathId::Fallback, &s)), sm80.decode_splits);
+        prop_assert_eq!(fallback_decode_splits(&s).is_some(), sm80.split_kv_decode);
+        // What a policy picks, its path takes.
+        for path in PathId::ALL {
+            prop_assert_eq!(path_spec(path).check_splits(policy_splits(path, &s)), Ok(()));
+        }
+    }
+
     #[test]
     fn split_ranges_partition_the_visible_keys(
         kv in prop_oneof![0usize..=4096, 0usize..=(1usize << 40)],
         w in prop_oneof![Just(-1i64), 0i64..=4096, any::<i64>()],
         splits in 1usize..=64,
     ) {
-        let ranges = decode_split_ranges(kv, w, splits);
-        prop_assert_eq!(ranges.len(), splits);
+        let ranges: Vec<_> = (0..splits).map(|s| decode_split_keys(kv, w, splits, s)).collect();
         let eff = if w >= 0 { kv.min(usize::try_from(w).unwrap().saturating_add(1)) } else { kv };
         let offset = kv - eff;
         let mut next = offset;
         let mut seen_empty = false;
         for (i, r) in ranges.iter().enumerate() {
-            prop_assert_eq!(r.index, i);
-            prop_assert_eq!(r.empty, r.start == r.end);
-            if r.empty {
-                seen_empty = true;
-                prop_assert_eq!((r.start, r.end), (kv, kv));
-            } else {
-                // Empty splits only at the end; non-empty ones are contiguous and in order.
-                prop_assert!(!seen_empty, "non-empty split {} after an empty one", i);
-                prop_assert_eq!(r.start, next);
-                prop_assert!(r.end > r.start);
-                next = r.end;
+            match r {
+                None => seen_empty = true,
+                Some(r) => {
+                    // Empty splits only at the end; non-empty ones are contiguous and in order.
+                    prop_assert!(!seen_empty, "non-empty split {} after an empty one", i);
+                    prop_assert_eq!(r.start, next);
+                    prop_assert!(r.end > r.start);
+                    next = r.end;
+                }
             }
         }
         prop_assert_eq!(next, kv, "the splits cover [kv_offset, Lk) exactly");
         // Split length is a multiple of 32: every non-empty split but the last is.
-        let nonempty: Vec<_> = ranges.iter().filter(|r| !r.empty).collect();
+        let nonempty: Vec<_> = ranges.iter().flatten().collect();
         if let Some((_, head)) = nonempty.split_last() {
             for r in head {
                 prop_assert_eq!((r.end - r.start) % 32, 0);

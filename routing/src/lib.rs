@@ -1,21 +1,32 @@
-//! Routing: compute capability -> GPU path, and the policies that go with it (SPEC sections 3
-//! and 4). Pure functions of plain values, so everything here is testable without a GPU.
+//! relattn-routing: compute capability -> GPU path, and the policies that go with it (SPEC
+//! sections 3 and 4). Pure functions of plain values, so everything here is testable without a
+//! GPU; the kernels crate re-exports this crate as `relattn_kernels::routing`.
 //!
 //! The table (`table()`) is data; `decide` combines a row with the policies for one shape, which
 //! is what `relattn route` prints.
+#![deny(unsafe_code)]
 
 mod ids;
+mod path;
 mod policy;
+mod splits;
 mod table;
+mod window;
 
 pub use ids::{Capability, PathId};
+pub use path::{
+    check_path, path_spec, PathCase, PathLimit, PathSpec, FALLBACK_MAX_SPLITS, HEAD_DIM,
+    SHEARED_MAX_SPLITS,
+};
 pub use policy::{
-    bucket_max_seqlen_q, decode_split_count, decode_split_ranges, num_splits, use_split_kv_decode,
-    visible_len, SplitRange,
+    bucket_max_seqlen_q, decode_split_count, fallback_decode_splits, num_splits, policy_splits,
+    use_split_kv_decode, SHEARED_POLICY_ARCH,
 };
-pub use table::{
-    check_path, lookup, path_spec, route, table, ArchRow, Outcome, PathSpec, Rejected,
+pub use splits::{
+    decode_split_keys, decode_split_len, sheared_split_keys, DECODE_SPLIT_ALIGN, SHEAR_TILE,
 };
+pub use table::{lookup, route, table, ArchRow, Outcome, Rejected};
+pub use window::{is_local, spans_extent as window_spans_extent, visible_len};
 
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +35,7 @@ use serde::{Deserialize, Serialize};
 pub enum RoutingError {
     #[error("invalid compute capability {0:?}: write it as major.minor, e.g. 9.0 or 12.1")]
     BadCapability(String),
-    #[error("unknown path {0:?}: expected one of sheared_bias, score_mod, fallback")]
+    #[error("unknown path {0:?}: expected one of {names}", names = PathId::names())]
     BadPath(String),
     #[error("invalid shape: {0}")]
     BadShape(String),
@@ -134,22 +145,16 @@ pub fn decide(cc: Capability, shape: &Shape) -> Decision {
         }
     };
     // `route` succeeded, so the row exists; the fallback keeps this total without a panic.
-    let (splits, decode_kernel) = row.map_or((1, false), |row| {
-        (num_splits(row, shape), row.split_kv_decode)
+    let (splits, decode) = row.map_or((1, None), |row| {
+        let decode = if row.split_kv_decode {
+            fallback_decode_splits(shape)
+        } else {
+            None
+        };
+        (num_splits(row, shape), decode)
     });
-    let split_kv_decode = decode_kernel
-        && use_split_kv_decode(
-            shape.max_query_len,
-            shape.max_kv_len,
-            shape.page_size,
-            shape.window_left,
-            true,
-        );
-    let decode_splits = if split_kv_decode {
-        decode_split_count(shape.max_kv_len, shape.window_left)
-    } else {
-        1
-    };
+    let split_kv_decode = decode.is_some();
+    let decode_splits = decode.unwrap_or(1);
     Decision {
         cc: cc.to_string(),
         path: Some(path),

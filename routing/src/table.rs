@@ -1,5 +1,6 @@
-//! The routing table and each path's constraints, kept as data (SPEC section 3): supporting a new
-//! architecture means adding or editing a row here, not adding a guard somewhere else.
+//! The routing table, kept as data (SPEC section 3): supporting a new architecture means adding or
+//! editing a row here, not adding a guard somewhere else. What each path itself can take is
+//! `path.rs`.
 
 use super::{Capability, PathId};
 use serde::Serialize;
@@ -137,104 +138,4 @@ pub fn route(cc: Capability) -> Result<PathId, Rejected> {
             reason: format!("no route for SM {cc}"),
         }),
     }
-}
-
-/// What a path's algorithm can take, independent of the architecture it runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PathSpec {
-    pub path: PathId,
-    /// The main kernel splits the KV range (fp32 partials + LSE, then a combine kernel).
-    pub main_split_kv: bool,
-    /// A separate two-stage split-KV decode kernel exists.
-    pub split_kv_decode: bool,
-    /// Bias tiles are 128 keys wide, so the extent must be a multiple of 128.
-    pub requires_extent_multiple_of_128: bool,
-    /// On local layers the bias buffer carries the window, so `window_left + 1 == E`.
-    pub requires_window_equals_extent: bool,
-    /// Most KV splits the path takes (main-kernel splits for `sheared_bias`, decode-kernel splits
-    /// for `fallback`, 1 where the path has no split-KV).
-    pub max_splits: usize,
-}
-
-static SPECS: [PathSpec; 3] = [
-    PathSpec {
-        path: PathId::ShearedBias,
-        main_split_kv: true,
-        split_kv_decode: false,
-        requires_extent_multiple_of_128: true,
-        requires_window_equals_extent: true,
-        max_splits: 128,
-    },
-    PathSpec {
-        path: PathId::ScoreMod,
-        main_split_kv: false,
-        split_kv_decode: false,
-        requires_extent_multiple_of_128: false,
-        requires_window_equals_extent: false,
-        max_splits: 1,
-    },
-    PathSpec {
-        path: PathId::Fallback,
-        main_split_kv: false,
-        split_kv_decode: true,
-        requires_extent_multiple_of_128: false,
-        requires_window_equals_extent: false,
-        max_splits: 32,
-    },
-];
-
-/// The constraints record of a path.
-pub fn path_spec(path: PathId) -> &'static PathSpec {
-    match path {
-        PathId::ShearedBias => &SPECS[0],
-        PathId::ScoreMod => &SPECS[1],
-        PathId::Fallback => &SPECS[2],
-    }
-}
-
-/// Whether `path` can take a case with extent `e`, `window_left` (-1 = global layer) and
-/// `num_splits` KV splits; the error says which constraint the case breaks.
-pub fn check_path(
-    path: PathId,
-    e: usize,
-    window_left: i64,
-    num_splits: usize,
-) -> Result<(), String> {
-    let spec = path_spec(path);
-    if e == 0 {
-        return Err(format!("{path} needs rel_extent >= 1, got 0"));
-    }
-    if window_left < -1 {
-        return Err(format!(
-            "window_left must be -1 (global) or >= 0, got {window_left}"
-        ));
-    }
-    if spec.requires_extent_multiple_of_128 && !e.is_multiple_of(128) {
-        return Err(format!(
-            "{path} lays the bias out in 128-key tiles, so rel_extent must be a multiple of 128, got {e}"
-        ));
-    }
-    if spec.requires_window_equals_extent
-        && relattn_reference::Window::from_left(window_left).is_local()
-        && !relattn_reference::window_spans_extent(window_left, e)
-    {
-        return Err(format!(
-            "{path} carries the window in the bias buffer, so a local layer needs window_left + 1 == rel_extent, \
-             got window_left {window_left} and rel_extent {e}"
-        ));
-    }
-    if num_splits == 0 {
-        return Err(format!("{path} needs num_splits >= 1, got 0"));
-    }
-    if num_splits > spec.max_splits {
-        return Err(if spec.max_splits == 1 {
-            format!("{path} has no split-KV: num_splits must be 1, got {num_splits}")
-        } else {
-            format!(
-                "{path} takes at most {} KV splits, got {num_splits}",
-                spec.max_splits
-            )
-        });
-    }
-    Ok(())
 }

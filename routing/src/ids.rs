@@ -91,6 +91,11 @@ pub enum PathId {
 impl PathId {
     pub const ALL: [PathId; 3] = [PathId::ShearedBias, PathId::ScoreMod, PathId::Fallback];
 
+    /// Every path's id, comma separated, for messages.
+    pub fn names() -> String {
+        PathId::ALL.map(|p| p.as_str()).join(", ")
+    }
+
     pub const fn as_str(&self) -> &'static str {
         match self {
             PathId::ShearedBias => "sheared_bias",

@@ -1,8 +1,8 @@
 //! The policies of SPEC section 4 on tables of values computed by hand from the formulas (the
 //! arithmetic is in the comments), not by calling the code under test.
 
-use relattn_kernels::routing::{
-    bucket_max_seqlen_q, decide, decode_split_count, decode_split_ranges, lookup, num_splits,
+use relattn_routing::{
+    bucket_max_seqlen_q, decide, decode_split_count, decode_split_keys, lookup, num_splits,
     use_split_kv_decode, Capability, PathId, Shape,
 };
 use rstest::rstest;
@@ -229,39 +229,13 @@ fn decode_split_counts_global(#[case] kv: usize, #[case] want: usize) {
 
 /// Expected (start, end) of each split; `None` marks an empty split.
 fn check_ranges(kv: usize, w: i64, splits: usize, expected: &[Option<(usize, usize)>]) {
-    let got = decode_split_ranges(kv, w, splits);
-    assert_eq!(got.len(), expected.len(), "kv {kv} w {w} S {splits}");
-    for (r, want) in got.iter().zip(expected) {
-        match want {
-            Some((start, end)) => {
-                assert!(
-                    !r.empty,
-                    "split {} of kv {kv} w {w} S {splits} is empty",
-                    r.index
-                );
-                assert_eq!(
-                    (r.start, r.end),
-                    (*start, *end),
-                    "split {} of kv {kv} w {w}",
-                    r.index
-                );
-            }
-            None => {
-                assert!(
-                    r.empty,
-                    "split {} of kv {kv} w {w} S {splits} is not empty",
-                    r.index
-                );
-                assert_eq!(
-                    (r.start, r.end),
-                    (kv, kv),
-                    "empty split {} sits at Lk",
-                    r.index
-                );
-            }
-        }
+    assert_eq!(splits, expected.len(), "kv {kv} w {w} S {splits}");
+    for (s, want) in expected.iter().enumerate() {
+        let got = decode_split_keys(kv, w, splits, s).map(|r| (r.start, r.end));
+        assert_eq!(got, *want, "split {s} of kv {kv} w {w} S {splits}");
     }
-    assert!(got.iter().enumerate().all(|(i, r)| r.index == i));
+    // Past the last split there is nothing either.
+    assert_eq!(decode_split_keys(kv, w, splits, splits), None);
 }
 
 #[test]
@@ -354,8 +328,8 @@ fn decode_split_ranges_by_hand() {
     );
     // Lk 0: eff 0, split_len 0, every split empty.
     check_ranges(0, -1, 2, &[None, None]);
-    // No splits, no ranges.
-    assert!(decode_split_ranges(100, -1, 0).is_empty());
+    // No splits count as one.
+    assert_eq!(decode_split_keys(100, -1, 0, 0), Some(0..100));
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! The routing table against SPEC section 3, written out by hand here (not derived from the
 //! table under test), plus the capability and path-id values and each path's constraints.
 
-use relattn_kernels::routing::{
-    check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathId, Shape,
+use relattn_routing::{
+    check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathCase, PathId,
+    PathLimit, Shape, FALLBACK_MAX_SPLITS,
 };
 use rstest::rstest;
 
@@ -178,35 +179,51 @@ fn path_ids_round_trip() {
         );
     }
     assert!("Fallback".parse::<PathId>().is_err());
-    assert!("flash".parse::<PathId>().is_err());
+    let err = "flash".parse::<PathId>().unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "unknown path \"flash\": expected one of sheared_bias, score_mod, fallback"
+    );
 }
 
-/// (path, main split-KV, decode kernel, E % 128, window + 1 == E, max splits)
+/// (path, main split-KV, decode kernel, extent multiple, window + 1 == E, max splits)
 #[rstest]
-#[case::sheared_bias(PathId::ShearedBias, true, false, true, true, 128)]
-#[case::score_mod(PathId::ScoreMod, false, false, false, false, 1)]
-#[case::fallback(PathId::Fallback, false, true, false, false, 32)]
+#[case::sheared_bias(PathId::ShearedBias, true, false, Some(128), true, 128)]
+#[case::score_mod(PathId::ScoreMod, false, false, None, false, 1)]
+#[case::fallback(PathId::Fallback, false, true, None, false, FALLBACK_MAX_SPLITS)]
 fn path_specs_are_the_spec_constraints(
     #[case] path: PathId,
     #[case] main: bool,
     #[case] decode: bool,
-    #[case] e128: bool,
+    #[case] multiple: Option<usize>,
     #[case] window: bool,
     #[case] max: usize,
 ) {
     let s = path_spec(path);
     assert_eq!(s.path, path);
     assert_eq!(
-        (
-            s.main_split_kv,
-            s.split_kv_decode,
-            s.requires_extent_multiple_of_128
-        ),
-        (main, decode, e128),
+        (s.main_split_kv, s.split_kv_decode, s.extent_multiple_of),
+        (main, decode, multiple),
         "{path}"
     );
     assert_eq!(s.requires_window_equals_extent, window, "{path}");
     assert_eq!(s.max_splits, max, "{path}");
+    // The kernels are built for the model's head dim only (SPEC 1: D = 128).
+    assert_eq!(s.head_dim, 128, "{path}");
+    // A path with split-KV of either kind takes more than one split; one without takes one.
+    assert_eq!(
+        s.max_splits > 1,
+        s.main_split_kv || s.split_kv_decode,
+        "{path}"
+    );
+}
+
+fn case(rel_extent: usize, window_left: i64) -> PathCase {
+    PathCase {
+        rel_extent,
+        window_left,
+        head_dim: 128,
+    }
 }
 
 #[test]
@@ -214,21 +231,90 @@ fn check_path_says_why_a_case_does_not_fit() {
     use PathId::*;
     // Model layers fit every path without splits.
     for path in PathId::ALL {
-        assert_eq!(check_path(path, 1024, -1, 1), Ok(()), "{path} global");
-        assert_eq!(check_path(path, 512, 511, 1), Ok(()), "{path} local");
+        assert_eq!(
+            check_path(path, &case(1024, -1), 1),
+            Ok(()),
+            "{path} global"
+        );
+        assert_eq!(check_path(path, &case(512, 511), 1), Ok(()), "{path} local");
     }
-    assert_eq!(check_path(ShearedBias, 1024, -1, 128), Ok(()));
-    assert_eq!(check_path(Fallback, 1024, -1, 32), Ok(()));
-    let err = |path, e, w, s| check_path(path, e, w, s).unwrap_err();
-    assert!(err(ScoreMod, 1024, -1, 2).contains("no split-KV"));
-    assert!(err(ShearedBias, 1000, -1, 1).contains("multiple of 128"));
-    assert!(err(ShearedBias, 512, 255, 1).contains("window_left + 1 == rel_extent"));
-    assert!(err(ShearedBias, 1024, -1, 129).contains("at most 128"));
-    assert!(err(Fallback, 1024, -1, 33).contains("at most 32"));
-    assert!(err(Fallback, 1024, -1, 0).contains("num_splits >= 1"));
-    assert!(err(Fallback, 0, -1, 1).contains("rel_extent >= 1"));
-    assert!(err(Fallback, 1024, -2, 1).contains("window_left"));
+    assert_eq!(check_path(ShearedBias, &case(1024, -1), 128), Ok(()));
+    assert_eq!(check_path(Fallback, &case(1024, -1), 32), Ok(()));
+    assert_eq!(check_path(Fallback, &case(1024, -1), 64), Ok(()));
+    let err = |path, c: PathCase, s| check_path(path, &c, s).unwrap_err().to_string();
+    assert_eq!(
+        err(ScoreMod, case(1024, -1), 2),
+        "score_mod has no split-KV (SM90 contract): num_splits must be 1 (2 splits)"
+    );
+    assert_eq!(
+        err(ShearedBias, case(1000, -1), 1),
+        "sheared_bias lays the bias out in 128-key tiles, so E must be a multiple of 128 (E = 1000)"
+    );
+    assert_eq!(
+        err(ShearedBias, case(512, 255), 1),
+        "sheared_bias carries the window in the bias buffer, so a local layer needs \
+         window_left + 1 == E (window_left = 255, E = 512)"
+    );
+    assert_eq!(
+        err(ShearedBias, case(1024, -1), 129),
+        "sheared_bias combines at most 128 KV splits (129 splits)"
+    );
+    assert_eq!(
+        err(Fallback, case(1024, -1), FALLBACK_MAX_SPLITS + 1),
+        format!(
+            "fallback's split-KV decode kernel takes at most {FALLBACK_MAX_SPLITS} splits ({} splits)",
+            FALLBACK_MAX_SPLITS + 1
+        )
+    );
+    assert!(err(Fallback, case(1024, -1), 0).contains("at least 1"));
+    assert!(err(Fallback, case(0, -1), 1).contains("rel_extent >= 1"));
+    assert!(err(Fallback, case(1024, -2), 1).contains("window_left"));
+    let d64 = PathCase {
+        head_dim: 64,
+        ..case(1024, -1)
+    };
+    for path in PathId::ALL {
+        assert_eq!(
+            err(path, d64, 1),
+            "the GPU kernels are built for the model's head dim, 128 (head_dim 64)"
+        );
+    }
     // Paths without the sheared layout take any extent and any window.
-    assert_eq!(check_path(ScoreMod, 1000, 255, 1), Ok(()));
-    assert_eq!(check_path(Fallback, 1000, 255, 4), Ok(()));
+    assert_eq!(check_path(ScoreMod, &case(1000, 255), 1), Ok(()));
+    assert_eq!(check_path(Fallback, &case(1000, 255), 4), Ok(()));
+}
+
+#[test]
+fn a_limit_is_its_rule_and_the_cases_values() {
+    let limit = check_path(PathId::ShearedBias, &case(1000, -1), 1).unwrap_err();
+    assert_eq!(
+        limit,
+        PathLimit::ExtentMultiple {
+            path: PathId::ShearedBias,
+            multiple: 128,
+            rel_extent: 1000
+        }
+    );
+    assert_eq!(limit.detail(), "E = 1000");
+    assert_eq!(limit.to_string(), format!("{} (E = 1000)", limit.rule()));
+    // Case limits come before split limits, and the case limits keep a fixed order.
+    let both = check_path(PathId::ShearedBias, &case(1000, 255), 0).unwrap_err();
+    assert!(matches!(both, PathLimit::ExtentMultiple { .. }), "{both}");
+}
+
+/// fallback's decode kernel takes every count its grid holds: more than its policy's 32 (the GPU
+/// tests force 64 on it), up to the 2^31 - 1 CTAs of a grid's x dimension, one per split.
+#[test]
+fn fallback_takes_as_many_splits_as_its_decode_grid_holds() {
+    assert_eq!(FALLBACK_MAX_SPLITS, (1 << 31) - 1);
+    assert_eq!(path_spec(PathId::Fallback).max_splits, FALLBACK_MAX_SPLITS);
+    let global = PathCase {
+        rel_extent: 1024,
+        window_left: -1,
+        head_dim: 128,
+    };
+    for n in [32, 33, 64, 128, 1024, FALLBACK_MAX_SPLITS] {
+        assert_eq!(check_path(PathId::Fallback, &global, n), Ok(()), "{n}");
+    }
+    assert!(check_path(PathId::Fallback, &global, FALLBACK_MAX_SPLITS + 1).is_err());
 }
