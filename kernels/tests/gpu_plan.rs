@@ -76,9 +76,24 @@ fn every_entry_is_defined_in_its_path_source() {
 #[test]
 fn plan_options_follow_the_variant() {
     let plain = CompilePlan::all_paths("sm_90", Variant::PLAIN).unwrap();
-    assert_eq!(plain.programs.len(), 3);
-    for p in &plain.programs {
-        assert_eq!(p.options, ["-arch=sm_90", "--std=c++17", "-default-device"]);
+    // One program per (path, dtype), each keeping only its dtype's entries.
+    assert_eq!(plain.programs.len(), 3 * gpu::DTYPES.len());
+    let mut all_entries = Vec::new();
+    for (i, p) in plain.programs.iter().enumerate() {
+        let dtype = gpu::DTYPES[i % gpu::DTYPES.len()];
+        assert_eq!(p.name, format!("{}_{}.cu", p.path, dtype.name()));
+        assert_eq!(
+            p.options,
+            [
+                "-arch=sm_90".to_string(),
+                "--std=c++17".into(),
+                "-default-device".into(),
+                format!("-DRELATTN_ONLY_{}", dtype.name()),
+            ]
+        );
+        assert_eq!(p.entries, gpu::entries_of(p.path, dtype));
+        assert!(p.entries.iter().all(|e| e.ends_with(dtype.name())));
+        all_entries.extend(p.entries.iter().cloned());
         // The path's own file, which includes the shared headers NVRTC gets in memory.
         assert_eq!(p.source, gpu::own_file(p.path).1);
         assert!(p.source.starts_with("#include \"attention.cuh\""));
@@ -87,18 +102,29 @@ fn plan_options_follow_the_variant() {
             names,
             ["constants.cuh", "common.cuh", "cta.cuh", "attention.cuh"]
         );
-        assert_eq!(p.entries, gpu::entries(p.path));
         assert!(!p
             .options
             .iter()
             .any(|o| o.starts_with("-I") || o.starts_with("--include-path")));
     }
+    let every: Vec<String> = PathId::ALL.iter().flat_map(|&p| gpu::entries(p)).collect();
+    all_entries.sort();
+    let mut every_sorted = every.clone();
+    every_sorted.sort();
+    assert_eq!(
+        all_entries, every_sorted,
+        "every entry in exactly one program"
+    );
     let v = Variant {
         bounds_check: true,
         mutant: Some(Mutant::KvHeadModulo),
     };
     let checked = CompilePlan::new("sm_100", v, &[PathId::Fallback, PathId::Fallback]).unwrap();
-    assert_eq!(checked.programs.len(), 1, "duplicate paths compile once");
+    assert_eq!(
+        checked.programs.len(),
+        gpu::DTYPES.len(),
+        "duplicate paths compile once"
+    );
     assert_eq!(
         checked.programs[0].options,
         [
@@ -106,6 +132,7 @@ fn plan_options_follow_the_variant() {
             "--std=c++17",
             "-default-device",
             "-DRELATTN_BOUNDS_CHECK",
+            "-DRELATTN_ONLY_bf16",
         ]
     );
     // The defect is an edit of the program's sources, not a define.
@@ -405,7 +432,11 @@ fn every_build_passes_nvrtcs_front_end() {
     }
     for arch in ["sm_90a", "sm_80", "sm_100"] {
         let records = gpu::syntax_check(arch).unwrap();
-        assert_eq!(records.len(), 3 * (2 + Mutant::ALL.len()), "{arch}");
+        assert_eq!(
+            records.len(),
+            3 * gpu::DTYPES.len() * (2 + Mutant::ALL.len()),
+            "{arch}"
+        );
         let failed: Vec<String> = records
             .iter()
             .filter(|r| !r.ok)

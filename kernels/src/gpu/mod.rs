@@ -49,7 +49,7 @@ pub use peaks::{
 pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
 pub use run::{run_path, run_path_timed, GpuRun, Repeats};
 pub use source::{
-    constants_header, entries, entry_name, files, own_file, program_name, program_source, Stage,
-    COMMON, DTYPES, SHARED, SHARED_CONSTANTS,
+    constants_header, dtype_option, entries, entries_of, entry_name, files, own_file, program_name,
+    program_source, Stage, COMMON, DTYPES, SHARED, SHARED_CONSTANTS,
 };
 pub use upload::{decode_bits, encode, out_poison, padding_bits, unwritten_bits, DeviceProblem};

@@ -51,7 +51,7 @@ impl Variant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramBuild {
     pub path: PathId,
-    /// Name in NVRTC logs, e.g. `sheared_bias.cu`.
+    /// Name in NVRTC logs, e.g. `sheared_bias_bf16.cu`.
     pub name: String,
     /// The path's own file.
     pub source: String,
@@ -105,24 +105,26 @@ impl CompilePlan {
                 seen.push(p);
             }
         }
-        let programs = seen
-            .into_iter()
-            .map(|path| {
-                let mut source = source::program_source(path);
-                let mut headers = source::headers();
-                if let Some(m) = variant.mutant {
-                    plant(m, path, &mut source, &mut headers)?;
-                }
-                Ok(ProgramBuild {
+        let mut programs = Vec::new();
+        for path in seen {
+            let mut source = source::program_source(path);
+            let mut headers = source::headers();
+            if let Some(m) = variant.mutant {
+                plant(m, path, &mut source, &mut headers)?;
+            }
+            for dtype in source::DTYPES {
+                let mut options = options(arch, variant);
+                options.push(source::dtype_option(dtype));
+                programs.push(ProgramBuild {
                     path,
-                    name: source::program_name(path),
-                    source,
-                    headers,
-                    options: options(arch, variant),
-                    entries: source::entries(path),
-                })
-            })
-            .collect::<Result<_, GpuError>>()?;
+                    name: source::program_name(path, dtype),
+                    source: source.clone(),
+                    headers: headers.clone(),
+                    options,
+                    entries: source::entries_of(path, dtype),
+                });
+            }
+        }
         Ok(CompilePlan {
             arch: arch.to_string(),
             variant,

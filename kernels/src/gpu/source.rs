@@ -95,8 +95,16 @@ pub fn constants_header() -> String {
 }
 
 /// The program's name in NVRTC logs and errors.
-pub fn program_name(path: PathId) -> String {
-    format!("{}.cu", path.as_str())
+/// The name of a path's program for one storage dtype, e.g. `fallback_bf16.cu`: each path is built
+/// as one program per dtype (its own file with `-DRELATTN_ONLY_<dtype>`), so the programs of a
+/// build compile in parallel.
+pub fn program_name(path: PathId, dtype: DType) -> String {
+    format!("{}_{}.cu", path.as_str(), dtype.name())
+}
+
+/// The NVRTC option that keeps only `dtype`'s entries in a program (common.cuh).
+pub fn dtype_option(dtype: DType) -> String {
+    format!("-DRELATTN_ONLY_{}", dtype.name())
 }
 
 /// A kernel stage of a path.
@@ -157,10 +165,15 @@ pub fn entry_name(path: PathId, stage: Stage, dtype: DType) -> String {
     format!("{}_{}_{}", path.as_str(), stage.as_str(), dtype.name())
 }
 
-/// Every entry of a path's program.
+/// Every entry of a path, in every dtype.
 pub fn entries(path: PathId) -> Vec<String> {
+    DTYPES.iter().flat_map(|&dt| entries_of(path, dt)).collect()
+}
+
+/// The entries of a path's program for one dtype.
+pub fn entries_of(path: PathId, dtype: DType) -> Vec<String> {
     Stage::of(path)
         .iter()
-        .flat_map(|&stage| DTYPES.iter().map(move |&dt| entry_name(path, stage, dt)))
+        .map(|&stage| entry_name(path, stage, dtype))
         .collect()
 }
