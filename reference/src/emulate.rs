@@ -78,73 +78,161 @@ fn emulate_rows(p: &Problem, rows: &[usize], full: bool, progress: Progress) -> 
     }
 }
 
-/// Outputs `[rows, H, D]` and LSEs `[rows, H]`, flattened, of real rows (in parallel by row).
+/// Rows per work item, times the GQA group: each item runs up to this many (row, head) pairs of
+/// one request and one KV head over the cache together, so every key tile is read from memory
+/// once per item rather than once per pair (the pairs' arithmetic is untouched).
+const PAIRS_PER_ITEM: usize = 64;
+
+/// Outputs `[rows, H, D]` and LSEs `[rows, H]`, flattened, of real rows (in parallel over items of
+/// (row, head) pairs that share a request and a KV head).
 fn compute_rows(p: &Problem, rows: &[usize], progress: Progress) -> (Vec<f64>, Vec<f64>) {
-    let (h, d) = (p.num_heads, p.head_dim);
-    let per_row: Vec<(Vec<f64>, Vec<f64>)> = rows
+    compute_rows_grouped(p, rows, PAIRS_PER_ITEM, progress)
+}
+
+/// `compute_rows` with at most `max_pairs` (row, head) pairs per item (at least one whole row of
+/// a KV head's group, so 1 gives one row per item). Every pair's result is the same whatever the
+/// grouping: a pair sees the same tiles, in the same order, with the same operations.
+fn compute_rows_grouped(
+    p: &Problem,
+    rows: &[usize],
+    max_pairs: usize,
+    progress: Progress,
+) -> (Vec<f64>, Vec<f64>) {
+    let (h, d, g) = (p.num_heads, p.head_dim, p.group());
+    let rows_per_item = (max_pairs / g).max(1);
+    // Items: (first index into `rows`, end, KV head); the rows of one item share a request.
+    let mut items = Vec::new();
+    let mut k = 0;
+    while k < rows.len() {
+        let b = p.request_of_row(rows[k]).map(|r| r.index);
+        let mut end = k + 1;
+        while end < rows.len()
+            && end - k < rows_per_item
+            && p.request_of_row(rows[end]).map(|r| r.index) == b
+        {
+            end += 1;
+        }
+        for kvh in 0..p.num_kv_heads {
+            items.push((k, end, kvh));
+        }
+        k = end;
+    }
+    let results: Vec<Vec<(Vec<f64>, f64)>> = items
         .par_iter()
-        .map(|&t| {
-            let mut out = Vec::with_capacity(h * d);
-            let mut lse = Vec::with_capacity(h);
-            for head in 0..h {
-                let (o, l) = row_head(p, t, head);
-                out.extend(o);
-                lse.push(l);
-            }
-            progress(h as u64);
-            (out, lse)
+        .map(|&(a, z, kvh)| {
+            let pairs: Vec<(usize, usize)> = rows[a..z]
+                .iter()
+                .flat_map(|&t| (kvh * g..(kvh + 1) * g).map(move |head| (t, head)))
+                .collect();
+            let out = item(p, &pairs, kvh);
+            progress(pairs.len() as u64);
+            out
         })
         .collect();
-    let mut out = Vec::with_capacity(rows.len() * h * d);
-    let mut lse = Vec::with_capacity(rows.len() * h);
-    for (o, l) in per_row {
-        out.extend(o);
-        lse.extend(l);
+    let mut out = vec![0f64; rows.len() * h * d];
+    let mut lse = vec![0f64; rows.len() * h];
+    for (&(a, z, kvh), res) in items.iter().zip(results) {
+        let mut res = res.into_iter();
+        for k in a..z {
+            for head in kvh * g..(kvh + 1) * g {
+                let (o, l) = res.next().unwrap_or_default();
+                let at = k * h + head;
+                out[at * d..(at + 1) * d].copy_from_slice(&o);
+                lse[at] = l;
+            }
+        }
     }
     (out, lse)
 }
 
-/// One (real row, head): the emulated kernel's KV loop.
-fn row_head(p: &Problem, t: usize, head: usize) -> (Vec<f64>, f64) {
-    let dtype = p.dtype;
-    let r = match p.request_of_row(t) {
-        Some(r) => r,
-        None => return (vec![0.0; p.head_dim], 0.0),
-    };
-    let i = t - r.q_start;
-    let pos = r.prefix() + i;
-    let kvh = head / p.group();
-    let (first, last) = p.visible_keys(&r, i);
-    let q: Vec<f32> = (0..p.head_dim).map(|c| p.q[[t, head, c]]).collect();
-    let scale = p.softmax_scale as f32;
+/// The emulated kernel state of one (real row, head) pair.
+struct Pair {
+    t: usize,
+    head: usize,
+    b: usize,
+    pos: usize,
+    first: usize,
+    last: usize,
+    q: Vec<f32>,
+    m: f32,
+    l: f32,
+    acc: Vec<f32>,
+}
 
-    let mut m = f32::NEG_INFINITY;
-    let mut l = 0f32;
-    let mut acc = vec![0f32; p.head_dim];
+/// The (row, head) `pairs` of one request and KV head `kvh`: the emulated kernel's KV loop of
+/// each, tile by tile over the union of their visible keys (a tile outside a pair's range is
+/// not its tile). Results in the order of `pairs`; a padding row gives zeros.
+fn item(p: &Problem, pairs: &[(usize, usize)], kvh: usize) -> Vec<(Vec<f64>, f64)> {
+    let dtype = p.dtype;
+    let scale = p.softmax_scale as f32;
+    let mut states: Vec<Option<Pair>> = pairs
+        .iter()
+        .map(|&(t, head)| {
+            let r = p.request_of_row(t)?;
+            let i = t - r.q_start;
+            let (first, last) = p.visible_keys(&r, i);
+            Some(Pair {
+                t,
+                head,
+                b: r.index,
+                pos: r.prefix() + i,
+                first,
+                last,
+                q: (0..p.head_dim).map(|c| p.q[[t, head, c]]).collect(),
+                m: f32::NEG_INFINITY,
+                l: 0.0,
+                acc: vec![0f32; p.head_dim],
+            })
+        })
+        .collect();
+    let live = || states.iter().flatten();
+    let (Some(lo), Some(hi)) = (
+        live().map(|s| s.first / EMULATED_KEY_TILE).min(),
+        live().map(|s| s.last / EMULATED_KEY_TILE).max(),
+    ) else {
+        return vec![(vec![0.0; p.head_dim], 0.0); pairs.len()];
+    };
     let mut s = [0f32; EMULATED_KEY_TILE];
-    for tile in first / EMULATED_KEY_TILE..=last / EMULATED_KEY_TILE {
-        let a = first.max(tile * EMULATED_KEY_TILE);
-        let z = (last + 1).min((tile + 1) * EMULATED_KEY_TILE);
-        let scores = &mut s[..z - a];
-        for (x, j) in scores.iter_mut().zip(a..z) {
-            *x = scale * dot_f32(&q, p.key(r.index, j, kvh)) + p.bias(t, head, pos - j);
-        }
-        let m_new = scores.iter().copied().fold(m, f32::max);
-        let alpha = (m - m_new).exp(); // exp(-inf) = 0 on the first tile
-        l *= alpha;
-        acc.iter_mut().for_each(|x| *x *= alpha);
-        for (x, j) in scores.iter().zip(a..z) {
-            let w = (x - m_new).exp();
-            l += w;
-            let w = dtype.round(w);
-            for (o, &v) in acc.iter_mut().zip(p.value(r.index, j, kvh)) {
-                *o += w * v;
+    for tile in lo..=hi {
+        for st in states.iter_mut().flatten() {
+            if tile < st.first / EMULATED_KEY_TILE || tile > st.last / EMULATED_KEY_TILE {
+                continue;
             }
+            let a = st.first.max(tile * EMULATED_KEY_TILE);
+            let z = (st.last + 1).min((tile + 1) * EMULATED_KEY_TILE);
+            let scores = &mut s[..z - a];
+            for (x, j) in scores.iter_mut().zip(a..z) {
+                *x =
+                    scale * dot_f32(&st.q, p.key(st.b, j, kvh)) + p.bias(st.t, st.head, st.pos - j);
+            }
+            let m_new = scores.iter().copied().fold(st.m, f32::max);
+            let alpha = (st.m - m_new).exp(); // exp(-inf) = 0 on the first tile
+            st.l *= alpha;
+            st.acc.iter_mut().for_each(|x| *x *= alpha);
+            for (x, j) in scores.iter().zip(a..z) {
+                let w = (x - m_new).exp();
+                st.l += w;
+                let w = dtype.round(w);
+                for (o, &v) in st.acc.iter_mut().zip(p.value(st.b, j, kvh)) {
+                    *o += w * v;
+                }
+            }
+            st.m = m_new;
         }
-        m = m_new;
     }
-    let out = acc.iter().map(|&x| dtype.round(x / l) as f64).collect();
-    (out, m as f64 + (l as f64).ln())
+    states
+        .into_iter()
+        .map(|st| match st {
+            Some(st) => (
+                st.acc
+                    .iter()
+                    .map(|&x| dtype.round(x / st.l) as f64)
+                    .collect(),
+                st.m as f64 + (st.l as f64).ln(),
+            ),
+            None => (vec![0.0; p.head_dim], 0.0),
+        })
+        .collect()
 }
 
 /// f32 dot product over 8 interleaved lanes combined in a fixed tree (vectorisable, reproducible).
@@ -162,4 +250,47 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     let [a0, a1, a2, a3, a4, a5, a6, a7] = lanes;
     ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{generate, GenSpec};
+    use crate::progress::ignore;
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn grouping_pairs_into_items_changes_no_bit() {
+        let specs = [
+            // Decode rows of several requests, GQA group 4, keys over several tiles.
+            GenSpec::global(8, 2, vec![(1, 300), (1, 129), (0, 17), (1, 1)], 3),
+            // A chunk and a prefill on a local layer: windows start mid-tile.
+            GenSpec::local(4, 1, 100, vec![(40, 400), (70, 70)], 5),
+            // Group 1 and rows past the first tile's end.
+            GenSpec::global(2, 2, vec![(9, 260), (3, 3)], 7),
+        ];
+        for spec in &specs {
+            let p = generate(spec).expect("small spec");
+            let rows: Vec<usize> = (0..p.real_rows()).collect();
+            let one = compute_rows_grouped(&p, &rows, 1, &ignore);
+            for max_pairs in [3, 16, PAIRS_PER_ITEM, 1 << 20] {
+                let many = compute_rows_grouped(&p, &rows, max_pairs, &ignore);
+                assert_eq!(
+                    bits(&one.0),
+                    bits(&many.0),
+                    "out, {max_pairs} pairs per item"
+                );
+                assert_eq!(
+                    bits(&one.1),
+                    bits(&many.1),
+                    "lse, {max_pairs} pairs per item"
+                );
+            }
+            // Every real row was computed (no row left at zero with a finite LSE of 0).
+            assert!(one.1.iter().all(|l| l.is_finite() && *l != 0.0));
+        }
+    }
 }
