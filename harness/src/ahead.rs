@@ -56,12 +56,13 @@ impl Ahead {
         }
     }
 
-    /// The defaults for this machine: half the cores prepare, up to two cases each, within an
-    /// eighth of the memory.
-    pub fn for_machine(cases: Vec<Arc<Case>>) -> (Ahead, usize) {
+    /// The defaults for this machine shared by `processes` runs: half the pool's threads
+    /// prepare, up to two cases each, within an eighth of the memory's share of this run.
+    pub fn for_machine(cases: Vec<Arc<Case>>, processes: usize) -> (Ahead, usize) {
         let threads = (rayon::current_num_threads() / 2).max(1);
         let (memory, _) = relattn_reference::limits::memory_bytes();
-        (Ahead::new(cases, 2 * threads, memory / 8), threads)
+        let budget = memory / 8 / processes.max(1) as u64;
+        (Ahead::new(cases, 2 * threads, budget), threads)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -261,37 +261,45 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
     }
     debug_assert_eq!(row_start, real_rows);
 
-    // Cache contents, per physical block from its own stream.
+    // Cache contents, per physical block from its own stream, written in place in parallel.
     let (kview, vview, len) = spec.layout.views(num_blocks, page, hkv, d);
-    let seed = spec.seed;
-    let blocks: Vec<(Vec<f32>, Vec<f32>)> = (0..num_blocks)
-        .into_par_iter()
-        .map(|block| {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            rng.set_stream(1 + block as u64);
-            let mut kb = Vec::with_capacity(page * hkv * d);
-            let mut vb = Vec::with_capacity(page * hkv * d);
-            for _slot in 0..page {
-                for _head in 0..hkv {
-                    kb.extend(rms_one(&mut rng, d).into_iter().map(|x| dtype.round(x)));
-                    vb.extend((0..d).map(|_| dtype.round(rng.sample::<f32, _>(StandardNormal))));
-                }
-            }
-            (kb, vb)
-        })
-        .collect();
     let mut kv = vec![0f32; len];
-    for (block, (kb, vb)) in blocks.into_iter().enumerate() {
-        for slot in 0..page {
-            let poisoned = spec.poison && !readable[block * page + slot];
-            for head in 0..hkv {
-                let src = (slot * hkv + head) * d;
-                let (ka, va) = (kview.at(block, slot, head), vview.at(block, slot, head));
-                for c in 0..d {
-                    kv[ka + c] = if poisoned { f32::NAN } else { kb[src + c] };
-                    kv[va + c] = if poisoned { f32::NAN } else { vb[src + c] };
-                }
-            }
+    let fill = Fill {
+        seed: spec.seed,
+        dtype,
+        page,
+        hkv,
+        d,
+        poison: spec.poison,
+        readable: &readable,
+    };
+    match spec.layout {
+        // K of every block, then V of every block: a block's K and V are chunks of the halves.
+        CacheLayout::Contiguous => {
+            let (k, v) = kv.split_at_mut(len / 2);
+            // K's view starts at 0: within a block, K and V sit at the same place of their chunks.
+            k.par_chunks_mut(kview.block_stride)
+                .zip(v.par_chunks_mut(vview.block_stride))
+                .enumerate()
+                .for_each(|(block, (kc, vc))| {
+                    fill.block(block, |slot, head, key, value| {
+                        let at = kview.at(0, slot, head);
+                        kc[at..at + d].copy_from_slice(key);
+                        vc[at..at + d].copy_from_slice(value);
+                    })
+                });
+        }
+        // Each block holds its K and V rows: one chunk per block.
+        CacheLayout::NhdPacked | CacheLayout::HndPacked => {
+            kv.par_chunks_mut(kview.block_stride)
+                .enumerate()
+                .for_each(|(block, chunk)| {
+                    fill.block(block, |slot, head, key, value| {
+                        let (ka, va) = (kview.at(0, slot, head), vview.at(0, slot, head));
+                        chunk[ka..ka + d].copy_from_slice(key);
+                        chunk[va..va + d].copy_from_slice(value);
+                    })
+                });
         }
     }
 
@@ -343,6 +351,46 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
     })
 }
 
+/// How one physical block of the cache is filled: its own ChaCha8 stream (`1 + block`), per
+/// slot and KV head an RMS-1 key and a standard-normal value in the dtype, NaN where no request
+/// reads the slot and poison is on.
+struct Fill<'a> {
+    seed: u64,
+    dtype: DType,
+    page: usize,
+    hkv: usize,
+    d: usize,
+    poison: bool,
+    /// Per (block, slot): some request may read it.
+    readable: &'a [bool],
+}
+
+impl Fill<'_> {
+    /// Draw the block's contents in stream order, handing each (slot, head)'s key and value to
+    /// `put`.
+    fn block(&self, block: usize, mut put: impl FnMut(usize, usize, &[f32], &[f32])) {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(1 + block as u64);
+        let nan = vec![f32::NAN; self.d];
+        let mut value = vec![0f32; self.d];
+        for slot in 0..self.page {
+            let poisoned = self.poison && !self.readable[block * self.page + slot];
+            for head in 0..self.hkv {
+                let mut key = rms_one(&mut rng, self.d);
+                key.iter_mut().for_each(|x| *x = self.dtype.round(*x));
+                for x in value.iter_mut() {
+                    *x = self.dtype.round(rng.sample::<f32, _>(StandardNormal));
+                }
+                if poisoned {
+                    put(slot, head, &nan, &nan);
+                } else {
+                    put(slot, head, &key, &value);
+                }
+            }
+        }
+    }
+}
+
 /// A standard-normal vector rescaled to RMS 1 (L2 norm sqrt(n)), as the model's RMS norm makes q and k.
 fn rms_one(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     let v: Vec<f64> = (0..n)
@@ -372,17 +420,27 @@ fn rel_logits(spec: &GenSpec, rng: &mut ChaCha8Rng, real_rows: usize, t: usize) 
             let proj: Vec<f64> = (0..16 * e)
                 .map(|_| rng.sample::<f64, _>(StandardNormal))
                 .collect();
-            for row in 0..real_rows {
-                for head in 0..h {
-                    let r: Vec<f64> = (0..16)
-                        .map(|_| rng.sample::<f64, _>(StandardNormal))
-                        .collect();
-                    for x in 0..e {
-                        let s: f64 = (0..16).map(|k| r[k] * proj[k * e + x]).sum();
-                        rel[[row, head, x]] = dtype.round((s / 4.0) as f32);
+            // The draws in stream order first (16 per real row and head), then the products in
+            // parallel over rows: the same values as drawing each row's 16 just before its use.
+            let r: Vec<f64> = (0..real_rows * h * 16)
+                .map(|_| rng.sample::<f64, _>(StandardNormal))
+                .collect();
+            // proj transposed to [E, 16], so each output reads 16 adjacent values.
+            let proj_t: Vec<f64> = (0..e * 16).map(|i| proj[(i % 16) * e + i / 16]).collect();
+            rel.outer_iter_mut()
+                .into_par_iter()
+                .take(real_rows)
+                .enumerate()
+                .for_each(|(row, mut heads)| {
+                    for (head, mut out) in heads.outer_iter_mut().enumerate() {
+                        let r = &r[(row * h + head) * 16..][..16];
+                        for (x, o) in out.iter_mut().enumerate() {
+                            let pj = &proj_t[x * 16..][..16];
+                            let s: f64 = (0..16).map(|k| r[k] * pj[k]).sum();
+                            *o = dtype.round((s / 4.0) as f32);
+                        }
                     }
-                }
-            }
+                });
         }
         BiasMode::Distinct => {
             // All values of the dtype with magnitude in [1/64, 4): distinct within every row

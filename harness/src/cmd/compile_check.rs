@@ -4,6 +4,7 @@
 //! run (or `relattn mutants`' children) finds them compiled.
 
 use crate::exit;
+use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_kernels::gpu;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -13,8 +14,9 @@ pub struct Args {
     /// Print every check as JSON (arch, program, ok, message) instead of a line per architecture.
     #[arg(long)]
     pub json: bool,
-    /// Only these architectures (comma-separated, e.g. sm_90a,sm_80) [default: every supported
-    /// one].
+    /// Only these architectures (comma-separated, e.g. sm_90a,sm_80; `native`: those of the
+    /// visible GPUs, which warms the compile cache for runs on this machine) [default: every
+    /// supported one].
     #[arg(long, value_name = "LIST")]
     pub arch: Option<String>,
     /// Write each CUBIN to DIR/ARCH/PROGRAM.BUILD.cubin, e.g. to check that a change of the
@@ -23,10 +25,37 @@ pub struct Args {
     pub cubin_dir: Option<std::path::PathBuf>,
 }
 
+/// The build architectures of the visible GPUs (exit 3 when there is none).
+pub fn native_archs(source: &dyn CapabilitySource) -> anyhow::Result<Vec<String>> {
+    let devices = source
+        .devices()
+        .map_err(|e| exit::no_gpu(format!("--arch native: {e}")))?;
+    let mut archs: Vec<String> = devices.iter().map(|d| gpu::compile_arch(d.cc)).collect();
+    archs.sort();
+    archs.dedup();
+    if archs.is_empty() {
+        return Err(exit::no_gpu(
+            "--arch native: the NVIDIA driver reports no GPU",
+        ));
+    }
+    Ok(archs)
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let archs: Vec<String> = match &args.arch {
         None => gpu::CHECK_ARCHS.iter().map(|a| a.to_string()).collect(),
-        Some(list) => list.split(',').map(|a| a.trim().to_string()).collect(),
+        Some(list) => {
+            let mut archs = Vec::new();
+            for a in list.split(',').map(str::trim) {
+                if a == "native" {
+                    archs.extend(native_archs(&NvmlSource::new())?);
+                } else {
+                    archs.push(a.to_string());
+                }
+            }
+            archs.dedup();
+            archs
+        }
     };
     for a in &archs {
         gpu::check_arch(a).map_err(|e| exit::usage(e.to_string()))?;
@@ -90,5 +119,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "{} compile check(s) failed",
             failed.len()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relattn_kernels::capability::{CapabilityError, MockSource};
+    use relattn_kernels::routing::Capability;
+
+    #[test]
+    fn native_names_the_build_architecture_of_each_visible_gpu_once() {
+        let h200 = MockSource::single("NVIDIA H200", Capability::new(9, 0));
+        assert_eq!(native_archs(&h200).unwrap(), vec!["sm_90a".to_string()]);
+        let a100 = MockSource::single("NVIDIA A100", Capability::new(8, 0));
+        assert_eq!(native_archs(&a100).unwrap(), vec!["sm_80".to_string()]);
+        for source in [
+            MockSource::new(Vec::new()),
+            MockSource::failing(CapabilityError::NoDriver("no libnvidia-ml".into())),
+        ] {
+            let e = native_archs(&source).unwrap_err();
+            assert_eq!(exit::code_of(&e), exit::Code::NoGpu, "{e}");
+        }
     }
 }

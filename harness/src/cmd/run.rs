@@ -74,6 +74,11 @@ pub struct Args {
     /// on a machine with a usable GPU; without a GPU they always run.
     #[arg(long)]
     pub self_checks: bool,
+    /// This run is one of N runs side by side on this machine (e.g. the nightly's shards on one
+    /// GPU machine, `ci/nightly-machine.sh`): it takes 1/N of the cores (unless
+    /// RAYON_NUM_THREADS says) and of the memory for cases prepared ahead.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub processes: usize,
 }
 
 /// Set by the first SIGINT: no trial starts after it; the run writes an INCOMPLETE report.
@@ -108,9 +113,27 @@ fn handle_sigint() {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     handle_sigint();
+    share_machine(args.processes)?;
     let libs = crate::gpu_exec::libraries_present();
     let factory = factory(&args);
     run_with(args, &NvmlSource::new(), libs, &factory)
+}
+
+/// One of `processes` runs on this machine: the global thread pool gets its share of the cores
+/// (before anything uses it), unless RAYON_NUM_THREADS sets the count.
+fn share_machine(processes: usize) -> anyhow::Result<()> {
+    if processes == 0 {
+        return Err(exit::usage("--processes must be at least 1"));
+    }
+    if processes == 1 || std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return Ok(());
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Err only when the pool already exists (a second run in one process): keep that pool.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads((cores / processes).max(1))
+        .build_global();
+    Ok(())
 }
 
 /// The executor factory of `run`: the production build.
@@ -297,7 +320,7 @@ pub fn run_with(
     // come first, the checks fill the cores the trials leave idle.
     let checks = wants_compile_checks(&args, session.executor_ref().is_some())
         .then(|| std::thread::spawn(run_compile_checks));
-    execute_all(&session, &done, Some(&failures), |row| {
+    execute_all(&session, &done, Some(&failures), args.processes, |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
@@ -374,11 +397,13 @@ pub fn run_with(
 
 /// Run every trial (CPU ones on threads of their own, native GPU ones on one thread per device,
 /// each worker's on one thread) and hand each row to `on_row` (on this thread) as soon as it
-/// finishes. Failing worker trials keep their case and output files under `keep`.
+/// finishes. Failing worker trials keep their case and output files under `keep`. The run is
+/// one of `processes` on this machine (its share of the memory for cases prepared ahead).
 fn execute_all(
     session: &Session,
     done: &std::collections::HashSet<String>,
     keep: Option<&std::path::Path>,
+    processes: usize,
     mut on_row: impl FnMut(Row),
 ) {
     let (tx, rx) = mpsc::channel::<Row>();
@@ -420,7 +445,7 @@ fn execute_all(
             .iter()
             .filter_map(|g| g.first().and_then(Trial::case).cloned())
             .collect();
-        let (ahead, preparers) = Ahead::for_machine(cases);
+        let (ahead, preparers) = Ahead::for_machine(cases, processes);
         let ahead = Arc::new(ahead);
         let queue = Arc::new(Mutex::new(
             groups.into_iter().enumerate().collect::<VecDeque<_>>(),
@@ -651,6 +676,7 @@ mod tests {
             resume: false,
             worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
             self_checks: false,
+            processes: 1,
         }
     }
 

@@ -97,6 +97,7 @@ fn bad_arguments_exit_2_with_one_message() {
         vec!["run", "--shard", "3/2", "--out", out_dir],
         vec!["run", "--paths", "tensor_magic", "--out", out_dir],
         vec!["run", "--bounds-check", "maybe", "--out", out_dir],
+        vec!["run", "--processes", "0", "--out", out_dir],
     ] {
         let out = relattn(&args);
         let stderr = text(&out.stderr);
@@ -173,4 +174,27 @@ fn compile_check_refuses_a_bad_architecture_before_compiling() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("gfx90a"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn the_nightly_machine_script_without_a_gpu_exits_3_and_runs_no_shard() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/nightly-machine.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(["4", "2"])
+        .env("RELATTN_BIN", env!("CARGO_BIN_EXE_relattn"))
+        .env("RELATTN_OUT", dir.path())
+        .output()
+        .expect("bash runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("--arch native"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!dir.path().join("nightly-shard-1-of-4").exists());
+    assert!(!dir.path().join("nightly-merged").exists());
 }

@@ -5,6 +5,7 @@
 use super::compile::Compiled;
 use super::error::{driver, GpuError};
 use super::ffi;
+use super::launch_lock::{lock_path, LaunchLock};
 use super::launch_plan::{SmLimits, WGMMA_ARCH};
 use super::plan::{check_arch, Variant};
 use super::source::{entry_name, Stage};
@@ -25,6 +26,8 @@ pub struct Gpu {
     capability: Capability,
     /// (SMs, shared memory per SM, shared memory a CTA may opt in to).
     sms: (usize, usize, usize),
+    /// Makes launches of processes sharing this GPU take turns.
+    pub(crate) launch_lock: LaunchLock,
 }
 
 /// The kernels of one `Compiled`, loaded on one `Gpu`.
@@ -95,6 +98,17 @@ impl Gpu {
             attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
             attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
         );
+        let launch_lock = match ctx.uuid() {
+            Ok(uuid) => {
+                let hex: String = uuid
+                    .bytes
+                    .iter()
+                    .map(|b| format!("{:02x}", *b as u8))
+                    .collect();
+                LaunchLock::open(lock_path(&hex))
+            }
+            Err(_) => LaunchLock::none(),
+        };
         Ok(Gpu {
             ctx,
             stream,
@@ -102,6 +116,7 @@ impl Gpu {
             name,
             capability: Capability::new(major as u32, minor as u32),
             sms,
+            launch_lock,
         })
     }
 

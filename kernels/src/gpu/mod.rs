@@ -14,6 +14,7 @@ mod device;
 mod error;
 mod ffi;
 mod geometry;
+mod launch_lock;
 mod launch_plan;
 mod mutant;
 mod mutant_patches;

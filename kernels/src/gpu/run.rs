@@ -212,6 +212,8 @@ pub fn run_path_timed(
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(driver("creating an event"))?;
     let launch_all = |kernels: &mut Vec<String>| -> Result<f32, GpuError> {
+        // Other processes' launches on this GPU wait until these are done (launch_lock.rs).
+        let _turn = gpu.launch_lock.hold();
         start.record(stream).map_err(driver("recording an event"))?;
         kernels.clear();
         for launch in &plan.launches {
