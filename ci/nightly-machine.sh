@@ -3,8 +3,10 @@
 # (default: from the cores and the memory, see below), then merged into one report.
 #   ci/nightly-machine.sh [N [J]] [extra relattn run arguments]
 # Each shard is `ci/nightly.sh K N` with `--processes J` (its share of the cores and of the
-# memory for cases prepared ahead); their kernel launches take turns on the GPU, so shards side
-# by side do not distort each other's times. Shard reports land in
+# memory for cases prepared ahead) and `--no-compile-checks` (the other architectures' compile
+# check is the ci job's, ci/gpu.sh, on every commit: J shards repeating it would compile every
+# program J times); their kernel launches take turns on the GPU, so shards side by side do not
+# distort each other's times. Shard reports land in
 # $RELATTN_OUT/nightly-shard-K-of-N/ (as ci/nightly.sh writes them), their logs in
 # $RELATTN_OUT/nightly-logs/, the merge in $RELATTN_OUT/nightly-merged/.
 # Exit code: 3 without a usable GPU; else the first non-zero shard exit, else the merge's.
@@ -14,9 +16,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 n=${1:-40}
 cores=$(nproc)
 mem_gib=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 / 1024 ))
-# A shard holds at most two cases at once; the nightly's largest (1M keys, 8 KV heads) takes
-# about 12 GiB while uploaded, so 24 GiB per shard; and 2 cores each keep them busy.
-auto=$(( mem_gib / 24 < cores / 2 ? mem_gib / 24 : cores / 2 ))
+# A shard holds at most two cases and one upload at once; the nightly's largest (1M keys, 8 KV
+# heads: an 8 GiB f32 cache, 4 GiB encoded) makes that 20 GiB per shard; 2 cores keep a shard
+# busy.
+auto=$(( mem_gib / 20 < cores / 2 ? mem_gib / 20 : cores / 2 ))
 j=${2:-$(( auto > 0 ? auto : 1 ))}
 if ! [[ $n =~ ^[0-9]+$ && $j =~ ^[0-9]+$ ]] || (( n < 1 || j < 1 )); then
     echo "usage: ci/nightly-machine.sh [N [J]] [relattn run arguments]   (N, J >= 1)" >&2
@@ -38,7 +41,7 @@ echo "ci/nightly-machine.sh: $n shards, $j at a time ($cores cores, $mem_gib GiB
 rm -f "$logs"/rc-*
 seq 1 "$n" | xargs -P "$j" -I{} bash -c '
     rc=0
-    "$0"/nightly.sh {} '"$n"' --processes '"$j"' "${@}" > "'"$logs"'/shard-{}.log" 2>&1 || rc=$?
+    "$0"/nightly.sh {} '"$n"' --processes '"$j"' --no-compile-checks "${@}" > "'"$logs"'/shard-{}.log" 2>&1 || rc=$?
     echo "$rc" > "'"$logs"'/rc-{}"
     echo "shard {}/'"$n"': exit $rc ($(tail -n 1 "'"$logs"'/shard-{}.log"))"
 ' "$(dirname "${BASH_SOURCE[0]}")" "$@"
