@@ -132,20 +132,33 @@ impl FromStr for Shard {
 
 /// Cases of shard `k` of `n` (k is 1-based), in their original order.
 ///
-/// Cases are ranked by id and shard k takes the ranks `r` with `r % n == k - 1`: the shards are
-/// disjoint, cover the list, differ in size by at most one, and do not depend on the order of
-/// the input or on the machine. A `k` outside `1..=n` selects nothing; parse user input with
-/// [`Shard`], which rejects it.
+/// Cases are ranked by the bytes of their tensors (largest first, then by id) and dealt to the
+/// shards back and forth (ranks 0..n to shards 1..n, the next n to shards n..1, and so on), so
+/// each shard gets its share of the few large cases (long context: most of a tier's time) and
+/// the shards' bytes differ by at most one case's. The shards are disjoint, cover the list,
+/// differ in size by at most one, and do not depend on the order of the input or on the
+/// machine. A `k` outside `1..=n` selects nothing; parse user input with [`Shard`], which
+/// rejects it.
 pub fn shard(cases: &[Case], k: usize, n: usize) -> Vec<Case> {
     if n == 0 || k == 0 || k > n {
         return Vec::new();
     }
-    let mut ids: Vec<&str> = cases.iter().map(|c| c.id.as_str()).collect();
-    ids.sort_unstable();
-    let rank: HashMap<&str, usize> = ids.iter().enumerate().map(|(r, id)| (*id, r)).collect();
+    let mut ranked: Vec<(u64, &str)> = cases
+        .iter()
+        .map(|c| (c.spec.size().map_or(0, |s| s.bytes()), c.id.as_str()))
+        .collect();
+    ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    let dealt: HashMap<&str, usize> = ranked
+        .iter()
+        .enumerate()
+        .map(|(r, &(_, id))| {
+            let (round, at) = (r / n, r % n);
+            (id, if round % 2 == 0 { at } else { n - 1 - at })
+        })
+        .collect();
     cases
         .iter()
-        .filter(|c| rank[c.id.as_str()] % n == k - 1)
+        .filter(|c| dealt[c.id.as_str()] == k - 1)
         .cloned()
         .collect()
 }

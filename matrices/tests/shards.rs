@@ -31,21 +31,36 @@ fn shards_are_disjoint_and_cover_the_tier() {
     }
 }
 
-/// Every id starts with the same letter, so shards rank cases as by their hex digits alone:
-/// the prefix moved no case to another shard.
+fn bytes(c: &Case) -> u64 {
+    c.spec.size().map_or(0, |s| s.bytes())
+}
+
+/// Dealt largest first, back and forth: the shards' bytes differ by at most the largest case's,
+/// and the long-context cases (most of the nightly's time) spread evenly over the shards.
 #[test]
-fn the_id_prefix_leaves_every_case_in_its_shard() {
-    let cases = load_tier("ci").unwrap().expand().unwrap().cases;
-    let mut digits: Vec<&str> = cases.iter().map(|c| &c.id[1..]).collect();
-    digits.sort_unstable();
-    for k in 1..=4 {
-        let by_digits: BTreeSet<String> = digits
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| r % 4 == k - 1)
-            .map(|(_, d)| format!("c{d}"))
-            .collect();
-        assert_eq!(ids(&shard(&cases, k, 4)), by_digits, "shard {k}/4");
+fn large_cases_are_spread_over_the_shards() {
+    let cases = load_tier("nightly").unwrap().expand().unwrap().cases;
+    let largest = cases.iter().map(bytes).max().unwrap();
+    // Cases of 1 GiB or more: long context (1M keys, or 128k keys with 8 KV heads).
+    let long = |c: &Case| bytes(c) >= 1 << 30;
+    let n_long = cases.iter().filter(|c| long(c)).count();
+    for n in [7, 40] {
+        let parts: Vec<Vec<Case>> = (1..=n).map(|k| shard(&cases, k, n)).collect();
+        let sums: Vec<u64> = parts.iter().map(|p| p.iter().map(bytes).sum()).collect();
+        let (lo, hi) = (sums.iter().min().unwrap(), sums.iter().max().unwrap());
+        assert!(
+            hi - lo <= largest,
+            "n = {n}: shard bytes {lo}..{hi}, largest case {largest}"
+        );
+        for (k, p) in parts.iter().enumerate() {
+            let here = p.iter().filter(|c| long(c)).count();
+            // They are the first ranks, dealt one per shard a round.
+            assert!(
+                here >= n_long / n && here <= n_long.div_ceil(n),
+                "n = {n}: shard {} holds {here} of {n_long} long-context cases",
+                k + 1
+            );
+        }
     }
 }
 
