@@ -159,7 +159,8 @@ fn features(
         f.push(Feature::StreamedKv);
     }
     // Query-block CTAs (some request with more than one new token) copy K/V tiles by TMA.
-    let query_blocks = g.q_lens.iter().any(|&q| q > 1);
+    let q_lens = || g.shape.requests.iter().map(|r| r.0);
+    let query_blocks = !g.decode_only();
     if query_blocks && kv_map_shape(g, &g.k, WGMMA_ARCH).is_some() {
         f.push(Feature::TensorCopy);
     }
@@ -169,11 +170,8 @@ fn features(
     let (staged, gathered) = if stage == Stage::Decode {
         (bias_stages(g), !bias_stages(g))
     } else {
-        let full = g.q_lens.iter().any(|&q| q > 1 && q >= rows_per_cta);
-        let partial = g
-            .q_lens
-            .iter()
-            .any(|&q| q == 1 || (q > 1 && q % rows_per_cta != 0));
+        let full = q_lens().any(|q| q > 1 && q >= rows_per_cta);
+        let partial = q_lens().any(|q| q == 1 || (q > 1 && q % rows_per_cta != 0));
         (bias_stages(g) && full, !bias_stages(g) || partial)
     };
     if staged {
@@ -182,7 +180,7 @@ fn features(
     if gathered {
         f.push(Feature::GatheredBias);
     }
-    if g.kv_lens.iter().any(|&k| k % KEY_TILE != 0) {
+    if g.shape.requests.iter().any(|r| r.1 % KEY_TILE != 0) {
         f.push(Feature::PartialTile);
     }
     if g.total_rows > g.real_rows {

@@ -5,7 +5,7 @@ use crate::layer::Layer;
 use crate::split::SplitSetting;
 use relattn_reference::judge::Tolerance;
 use relattn_reference::limits::LimitError;
-use relattn_reference::{BiasMode, GenSpec, Inputs, PageMode, Window};
+use relattn_reference::{BatchShape, BiasMode, GenSpec, Inputs, PageMode, Window};
 use relattn_routing::PathId;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -69,9 +69,18 @@ impl Case {
         self.spec.requests.len()
     }
 
+    /// The batch's lengths and window, from the spec (nothing is generated): maxima, visible
+    /// pairs and FLOPs come from here.
+    pub fn shape(&self) -> BatchShape {
+        BatchShape::new(
+            self.spec.requests.clone(),
+            Window::from_left(self.spec.window_left),
+        )
+    }
+
     /// `cu_seqlens_q[B]`.
     pub fn real_rows(&self) -> usize {
-        self.spec.requests.iter().map(|r| r.0).sum()
+        self.shape().real_rows()
     }
 
     /// `T`: real and padding rows.
@@ -80,36 +89,27 @@ impl Case {
     }
 
     pub fn max_query_len(&self) -> usize {
-        self.spec.requests.iter().map(|r| r.0).max().unwrap_or(0)
+        self.shape().max_query_len()
     }
 
     pub fn max_kv_len(&self) -> usize {
-        self.spec.requests.iter().map(|r| r.1).max().unwrap_or(0)
+        self.shape().max_kv_len()
     }
 
     /// Every request has `Lq <= 1` (what the fallback's split-KV decode kernel takes).
     pub fn is_decode_only(&self) -> bool {
-        self.spec.requests.iter().all(|r| r.0 <= 1)
+        self.shape().is_decode_only()
     }
 
     /// Visible (query, key) pairs over all real rows, per head (causal, window on local layers).
     pub fn visible_pairs(&self) -> u64 {
-        let window = Window::from_left(self.spec.window_left);
-        let mut pairs = 0u64;
-        for &(q_len, kv_len) in &self.spec.requests {
-            let prefix = kv_len.saturating_sub(q_len);
-            for i in 0..q_len {
-                let last = prefix + i;
-                pairs += (last - window.first_visible(last) + 1) as u64;
-            }
-        }
-        pairs
+        self.shape().visible_pairs()
     }
 
-    /// Work of one full evaluation in FLOP: 4 x visible pairs x D x H (as `Problem::flops`),
-    /// computed from the spec without generating anything.
+    /// Work of one full evaluation in FLOP (as `Problem::flops`), computed from the spec without
+    /// generating anything.
     pub fn flops(&self) -> f64 {
-        4.0 * self.visible_pairs() as f64 * self.spec.head_dim as f64 * self.spec.num_heads as f64
+        self.shape().flops(self.spec.num_heads, self.spec.head_dim)
     }
 
     /// Elements of the K/V cache buffer (both K and V), as `generate` allocates it.

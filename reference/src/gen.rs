@@ -1,5 +1,6 @@
 //! Seeded realistic inputs (SPEC section 1 "producer facts").
 
+use crate::batch::BatchShape;
 use crate::dtype::DType;
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError};
@@ -201,7 +202,8 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
         spec.rel_extent,
     );
     let page = spec.page_size.max(1);
-    let real_rows: usize = spec.requests.iter().map(|r| r.0).sum();
+    let shape = BatchShape::new(spec.requests.clone(), Window::from_left(spec.window_left));
+    let real_rows = shape.real_rows();
     let t = real_rows + spec.padding_rows;
     let dtype = spec.dtype;
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
@@ -248,18 +250,15 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
 
     // Which (block, slot) some request may read: keys of its visible union.
     let mut readable = vec![false; num_blocks * page];
-    let mut row_start = 0usize;
-    for (b, &(lq, lk)) in spec.requests.iter().enumerate() {
+    for (b, &(lq, lk)) in shape.requests.iter().enumerate() {
         if lq > 0 {
-            let first = Window::from_left(spec.window_left).first_visible(lk - lq);
+            let (first, _) = shape.visible_keys((lq, lk), 0);
             for j in first..lk {
                 let block = block_table[[b, j / page]] as usize;
                 readable[block * page + j % page] = true;
             }
         }
-        row_start += lq;
     }
-    debug_assert_eq!(row_start, real_rows);
 
     // Cache contents, per physical block from its own stream, written in place in parallel.
     let (kview, vview, len) = spec.layout.views(num_blocks, page, hkv, d);

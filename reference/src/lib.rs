@@ -1,12 +1,13 @@
 //! relattn-reference: the CPU oracle of Inkling's relative-bias attention (SPEC.md).
 //!
-//! `Problem` holds validated inputs; `gen` makes seeded realistic ones; `oracle` is the naive
+//! `Problem` holds validated inputs, `BatchShape` the lengths every crate reads; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
 //! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `limits`
 //! holds the size limits of every input and `files` the one way files are written; `judge` is
 //! SPEC section 6's judge of a GPU output, with its tolerance type and each dtype's defaults.
 #![deny(unsafe_code)]
 
+pub mod batch;
 pub mod bench;
 pub mod casefile;
 pub mod dtype;
@@ -25,6 +26,7 @@ pub mod sample;
 pub mod transform;
 pub mod window;
 
+pub use batch::BatchShape;
 pub use dtype::DType;
 pub use gen::{BiasMode, GenSpec, PageMode};
 pub use output::RefOutput;

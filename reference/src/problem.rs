@@ -1,5 +1,6 @@
 //! `Problem`: the operator's inputs (SPEC section 2), validated once.
 
+use crate::batch::BatchShape;
 use crate::dtype::DType;
 use crate::window::Window;
 use ndarray::{Array2, Array3};
@@ -297,12 +298,25 @@ impl Problem {
         (0..self.batch()).map(|b| self.request(b))
     }
 
+    /// The layer's window.
+    pub fn window(&self) -> Window {
+        Window::from_left(self.window_left)
+    }
+
+    /// The batch's lengths and window: maxima, visible pairs and FLOPs come from here.
+    pub fn shape(&self) -> BatchShape {
+        BatchShape::new(
+            self.requests().map(|r| (r.q_len, r.kv_len)).collect(),
+            self.window(),
+        )
+    }
+
     pub fn max_query_len(&self) -> usize {
-        self.requests().map(|r| r.q_len).max().unwrap_or(0)
+        self.shape().max_query_len()
     }
 
     pub fn max_kv_len(&self) -> usize {
-        self.requests().map(|r| r.kv_len).max().unwrap_or(0)
+        self.shape().max_kv_len()
     }
 
     /// The request owning packed row `t`, or None for a padding row.
@@ -319,8 +333,7 @@ impl Problem {
     /// `d = (P + i) - j <= window_left`.
     pub fn visible_keys(&self, r: &Request, i: usize) -> (usize, usize) {
         let last = r.prefix() + i;
-        let first = Window::from_left(self.window_left).first_visible(last);
-        (first, last)
+        (self.window().first_visible(last), last)
     }
 
     /// Bias for packed row `t`, head `h`, distance `d >= 0`: `rel_logits[t,h,d]` if `d < E`, else 0.
@@ -355,19 +368,12 @@ impl Problem {
 
     /// Number of visible (query, key) pairs over all real rows (per head).
     pub fn visible_pairs(&self) -> u64 {
-        let mut n = 0u64;
-        for r in self.requests() {
-            for i in 0..r.q_len {
-                let (lo, hi) = self.visible_keys(&r, i);
-                n += (hi - lo + 1) as u64;
-            }
-        }
-        n
+        self.shape().visible_pairs()
     }
 
     /// Reference work in FLOP: 4 x visible pairs x D x H.
     pub fn flops(&self) -> f64 {
-        4.0 * self.visible_pairs() as f64 * self.head_dim as f64 * self.num_heads as f64
+        self.shape().flops(self.num_heads, self.head_dim)
     }
 }
 

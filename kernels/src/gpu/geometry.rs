@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 use relattn_reference::limits::LimitError;
-use relattn_reference::{DType, GenSpec, KvView, Problem};
+use relattn_reference::{BatchShape, DType, GenSpec, KvView, Problem, Window};
 
 /// Scalars and per-request lengths of one problem.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,10 +21,8 @@ pub struct Geometry {
     pub page_size: usize,
     pub window_left: i64,
     pub softmax_scale: f64,
-    /// `Lq_b` per request.
-    pub q_lens: Vec<usize>,
-    /// `Lk_b` per request.
-    pub kv_lens: Vec<usize>,
+    /// Per request `(Lq_b, Lk_b)`, and the window.
+    pub shape: BatchShape,
     /// Entries per block-table row (`max_pages`).
     pub max_pages: usize,
     pub num_blocks: usize,
@@ -47,8 +45,7 @@ impl Geometry {
             page_size: p.page_size,
             window_left: p.window_left,
             softmax_scale: p.softmax_scale,
-            q_lens: p.requests().map(|r| r.q_len).collect(),
-            kv_lens: p.requests().map(|r| r.kv_len).collect(),
+            shape: p.shape(),
             max_pages: p.max_pages(),
             num_blocks: p.num_blocks,
             kv_elems: p.kv.len(),
@@ -61,6 +58,7 @@ impl Geometry {
     /// planning a matrix's launches without a GPU or the memory its cases take.
     pub fn of_spec(spec: &GenSpec) -> Result<Geometry, LimitError> {
         let size = spec.size()?;
+        let shape = BatchShape::new(spec.requests.clone(), Window::from_left(spec.window_left));
         let (k, v, kv_elems) = spec.layout.views(
             size.blocks,
             spec.page_size,
@@ -70,7 +68,7 @@ impl Geometry {
         Ok(Geometry {
             dtype: spec.dtype,
             total_rows: size.rows,
-            real_rows: spec.requests.iter().map(|r| r.0).sum(),
+            real_rows: shape.real_rows(),
             num_heads: spec.num_heads,
             num_kv_heads: spec.num_kv_heads,
             head_dim: spec.head_dim,
@@ -78,8 +76,7 @@ impl Geometry {
             page_size: spec.page_size,
             window_left: spec.window_left,
             softmax_scale: spec.softmax_scale,
-            q_lens: spec.requests.iter().map(|r| r.0).collect(),
-            kv_lens: spec.requests.iter().map(|r| r.1).collect(),
+            shape,
             max_pages: size.max_pages,
             num_blocks: size.blocks,
             kv_elems,
@@ -89,7 +86,7 @@ impl Geometry {
     }
 
     pub fn batch(&self) -> usize {
-        self.q_lens.len()
+        self.shape.batch()
     }
 
     /// `G = H / Hkv`.
@@ -98,20 +95,20 @@ impl Geometry {
     }
 
     pub fn max_query_len(&self) -> usize {
-        self.q_lens.iter().copied().max().unwrap_or(0)
+        self.shape.max_query_len()
     }
 
     pub fn max_kv_len(&self) -> usize {
-        self.kv_lens.iter().copied().max().unwrap_or(0)
+        self.shape.max_kv_len()
     }
 
     pub fn is_local(&self) -> bool {
-        relattn_reference::Window::from_left(self.window_left).is_local()
+        self.shape.window.is_local()
     }
 
     /// Every request has at most one new token.
     pub fn decode_only(&self) -> bool {
-        self.max_query_len() <= 1
+        self.shape.is_decode_only()
     }
 
     /// The shape routing's policies look at.

@@ -181,7 +181,7 @@ pub struct SmLimits {
 /// Whether any attention CTA of this problem is a single-query CTA (a request with q_len 1,
 /// G <= 16): the only CTAs that use the K/V ring (mirrors `run_cta`).
 pub fn has_single_query_ctas(g: &Geometry) -> bool {
-    g.group() <= 16 && g.q_lens.contains(&1)
+    g.group() <= 16 && g.shape.has_decode_request()
 }
 
 /// Whether the kernels may stage rel_logits in shared memory rather than gather it per cell: E a
