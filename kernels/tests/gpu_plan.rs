@@ -26,12 +26,20 @@ fn sources_include_only_the_project_headers() {
             );
         }
     }
-    // Each file includes what it uses: a path's file the attention loops, those the CTA, the CTA
-    // the basics.
+    // Each file includes what it uses: a path's file the attention loops, those their parts (the
+    // query blocks' biases first), the parts the CTA, the CTA the basics.
     for path in PathId::ALL {
         assert!(own_file(path).1.starts_with("#include \"attention.cuh\"\n"));
     }
-    for (name, first) in [("attention.cuh", "cta.cuh"), ("cta.cuh", "common.cuh")] {
+    for (name, first) in [
+        ("attention.cuh", "query_bias.cuh"),
+        ("decode.cuh", "query_bias.cuh"),
+        ("window_block.cuh", "query_block.cuh"),
+        ("query_block.cuh", "query_bias.cuh"),
+        ("products.cuh", "cta.cuh"),
+        ("query_bias.cuh", "cta.cuh"),
+        ("cta.cuh", "common.cuh"),
+    ] {
         let text = gpu::SHARED.iter().find(|(n, _)| *n == name).unwrap().1;
         assert!(
             text.starts_with(&format!("#pragma once\n#include \"{first}\"\n")),
@@ -100,7 +108,17 @@ fn plan_options_follow_the_variant() {
         let names: Vec<&str> = p.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["constants.cuh", "common.cuh", "cta.cuh", "attention.cuh"]
+            [
+                "constants.cuh",
+                "common.cuh",
+                "cta.cuh",
+                "query_bias.cuh",
+                "products.cuh",
+                "query_block.cuh",
+                "window_block.cuh",
+                "decode.cuh",
+                "attention.cuh"
+            ]
         );
         assert!(!p
             .options

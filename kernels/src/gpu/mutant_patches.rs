@@ -24,14 +24,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
             },
             Patch {
-                file: "attention.cuh",
+                file: "query_bias.cuh",
                 from: r#"        const int at = 2 * (63 - 2 * tq);
 "#,
                 to: r#"        const int at = 2 * (63 - 2 * tq) - 2;
 "#,
             },
             Patch {
-                file: "attention.cuh",
+                file: "decode.cuh",
                 from: r#"        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)));
 "#,
                 to: r#"        bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)) - 2);
@@ -70,21 +70,21 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
             },
             Patch {
-                file: "attention.cuh",
+                file: "query_bias.cuh",
                 from: r#"    const bool in_extent = d < E;
 "#,
                 to: r#"    const bool in_extent = d <= E;
 "#,
             },
             Patch {
-                file: "attention.cuh",
+                file: "decode.cuh",
                 from: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at));
 "#,
                 to: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at - (d == E ? 2 : 0)));
 "#,
             },
             Patch {
-                file: "attention.cuh",
+                file: "decode.cuh",
                 from: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
 "#,
                 to: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2 - (d - 1 == E ? 2 : 0)));
@@ -176,7 +176,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::WindowStrict => &[
             Patch {
-                file: "attention.cuh",
+                file: "query_bias.cuh",
                 from: r#"    const bool visible = (unsigned)d <= last;
 "#,
                 to: r#"    const bool visible = (unsigned)d < last;
@@ -378,14 +378,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
         }],
         Mutant::BiasTimesScale => &[Patch {
-            file: "attention.cuh",
+            file: "query_bias.cuh",
             from: r#"    const float to_log2 = LOG2E;
 "#,
             to: r#"    const float to_log2 = scale2;
 "#,
         }],
         Mutant::Bf16Accumulator => &[Patch {
-            file: "attention.cuh",
+            file: "query_bias.cuh",
             from: r#"    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 "#,
             to: r#"    // The accumulator kept in bf16 between tiles.

@@ -1,8 +1,8 @@
 //! The CUDA C sources (real files under `kernels/cuda/`, embedded) and the names of their entries.
 //!
 //! One NVRTC program per path: the path's `.cu` file, which `#include`s the shared device code
-//! (`attention.cuh`, which includes `cta.cuh`, which includes `common.cuh`), handed to NVRTC as
-//! in-memory headers. Entries are `extern "C"` kernels named `{path}_{stage}_{dtype}`.
+//! (`attention.cuh`, which includes its parts by concern, which include `cta.cuh`, which includes
+//! `common.cuh`), handed to NVRTC as in-memory headers. Entries are `extern "C"` kernels named `{path}_{stage}_{dtype}`.
 
 #![deny(unsafe_code)]
 
@@ -11,15 +11,27 @@ use crate::routing::PathId;
 use relattn_reference::DType;
 
 /// Device code every program starts with, in order: basics and loads, the attention CTA's
-/// building blocks, the attention loops.
+/// building blocks, the attention loops (a file per concern: the query blocks' biases and
+/// softmax, the tensor-core products, the query block, the sm_90a windowed block, the
+/// single-query CTAs, then the dispatch).
 pub const CONSTANTS: &str = include_str!("../../cuda/constants.cuh");
 pub const COMMON: &str = include_str!("../../cuda/common.cuh");
 pub const CTA: &str = include_str!("../../cuda/cta.cuh");
+pub const QUERY_BIAS: &str = include_str!("../../cuda/query_bias.cuh");
+pub const PRODUCTS: &str = include_str!("../../cuda/products.cuh");
+pub const QUERY_BLOCK: &str = include_str!("../../cuda/query_block.cuh");
+pub const WINDOW_BLOCK: &str = include_str!("../../cuda/window_block.cuh");
+pub const DECODE: &str = include_str!("../../cuda/decode.cuh");
 pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
-pub const SHARED: [(&str, &str); 4] = [
+pub const SHARED: [(&str, &str); 9] = [
     ("constants.cuh", CONSTANTS),
     ("common.cuh", COMMON),
     ("cta.cuh", CTA),
+    ("query_bias.cuh", QUERY_BIAS),
+    ("products.cuh", PRODUCTS),
+    ("query_block.cuh", QUERY_BLOCK),
+    ("window_block.cuh", WINDOW_BLOCK),
+    ("decode.cuh", DECODE),
     ("attention.cuh", ATTENTION),
 ];
 pub const SCORE_MOD: &str = include_str!("../../cuda/score_mod.cu");
