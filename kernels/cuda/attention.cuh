@@ -19,17 +19,10 @@ template <class T, class Row, bool WINDOWED = false>
 __device__ __forceinline__ void run_cta(const Params& p, const Cta& c) {
     extern __shared__ __align__(128) unsigned char dyn_smem[];
     unsigned char* smem = dyn_smem + ((SMEM_ALIGN - (smem_addr(dyn_smem) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
-#ifdef __CUDA_ARCH_FEAT_SM90_ALL
-    using Products = WgProducts<T>;
-#else
-    using Products = SyncProducts<T>;
-#endif
     const int q_len = c.r.q_len;
     if (q_len == 1 && p.G <= 16) mma_decode<T, Row>(p, c, smem);
-#ifdef __CUDA_ARCH_FEAT_SM90_ALL
-    else if constexpr (WINDOWED && Row::REL_ROWS) window_block<T, Row>(p, c, smem);
-#endif
-    else query_block<T, Row, Products, WINDOWED && Row::REL_ROWS>(p, c, smem);
+    else if constexpr (HAS_WINDOW_BLOCK && WINDOWED && Row::REL_ROWS) window_block<T, Row>(p, c, smem);
+    else query_block<T, Row, ArchProducts<T>, WINDOWED && Row::REL_ROWS>(p, c, smem);
 }
 
 // Run a CTA of a decode-only kernel (every CTA has q_len 1): the streaming single-query CTA when

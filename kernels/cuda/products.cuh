@@ -133,3 +133,10 @@ template <class T, int VT = 1> struct WgProducts {
     }
 };
 #endif
+
+// The products of this architecture's query blocks: wgmma on sm_90a, else mma.sync.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+template <class T> using ArchProducts = WgProducts<T>;
+#else
+template <class T> using ArchProducts = SyncProducts<T>;
+#endif

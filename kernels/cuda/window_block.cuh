@@ -106,3 +106,13 @@ __device__ void window_block(const Params& p, const Cta& c, unsigned char* smem)
     acc.template store<T>(p, c, ra, rb, tq);
 }
 #endif
+
+// Whether this architecture has the windowed query block (sm_90a). Elsewhere it is only declared,
+// for the dispatch's discarded branch (`if constexpr`), and never instantiated.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+constexpr bool HAS_WINDOW_BLOCK = true;
+#else
+constexpr bool HAS_WINDOW_BLOCK = false;
+template <class T, class Row>
+__device__ void window_block(const Params& p, const Cta& c, unsigned char* smem);
+#endif
