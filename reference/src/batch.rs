@@ -47,8 +47,7 @@ impl BatchShape {
     /// Inclusive range of keys visible to query `i` of a request with `(q_len, kv_len)`: causal
     /// from the cached prefix, and the window on local layers.
     pub fn visible_keys(&self, (q_len, kv_len): (usize, usize), i: usize) -> (usize, usize) {
-        let last = kv_len.saturating_sub(q_len) + i;
-        (self.window.first_visible(last), last)
+        self.window.visible_keys(kv_len.saturating_sub(q_len) + i)
     }
 
     /// Visible (query, key) pairs over all real rows, per head.

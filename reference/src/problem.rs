@@ -332,8 +332,7 @@ impl Problem {
     /// Inclusive range of keys visible to local query `i` of `r`: causal, and on local layers
     /// `d = (P + i) - j <= window_left`.
     pub fn visible_keys(&self, r: &Request, i: usize) -> (usize, usize) {
-        let last = r.prefix() + i;
-        (self.window().first_visible(last), last)
+        self.window().visible_keys(r.prefix() + i)
     }
 
     /// Bias for packed row `t`, head `h`, distance `d >= 0`: `rel_logits[t,h,d]` if `d < E`, else 0.

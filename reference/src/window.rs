@@ -42,6 +42,11 @@ impl Window {
         }
     }
 
+    /// The inclusive range of keys the query at position `pos` sees: causal, and the window.
+    pub fn visible_keys(self, pos: usize) -> (usize, usize) {
+        (self.first_visible(pos), pos)
+    }
+
     /// How many keys a query sees at most (`None`: unbounded).
     pub fn span(self) -> Option<u64> {
         self.left.map(|w| w.saturating_add(1))
@@ -79,6 +84,10 @@ mod tests {
         assert!(w.is_local() && w.contains(0) && w.contains(511) && !w.contains(512));
         assert_eq!(w.first_visible(511), 0);
         assert_eq!(w.first_visible(600), 89);
+        assert_eq!(
+            (w.visible_keys(600), Window::GLOBAL.visible_keys(600)),
+            ((89, 600), (0, 600))
+        );
         assert_eq!(w.span(), Some(512));
         assert_eq!((w.visible_len(100), w.visible_len(8193)), (100, 512));
         // Window 0: only the key itself; a window past every length sees everything.
