@@ -2,20 +2,24 @@
 //! case dtype computes, so its distance from the f64 reference sets the tolerance scale.
 //!
 //! Choices where the spec leaves freedom (a kernel's own order of operations):
-//! - inputs as stored (the dtype values), scores in f32: `s = f32(scale) * dot + bias`, where
-//!   `dot` sums `q[c] * k[c]` in f32 over 8 interleaved lanes (`c % 8`, like a SIMD or MMA
-//!   accumulator) combined in a fixed tree at the end; the multiply and the add round
-//!   separately (no fused multiply-add);
+//! - inputs as stored (the dtype values); `dot` sums `q[c] * k[c]` in f32 over 8 interleaved
+//!   lanes (`c % 8`, like a SIMD or MMA accumulator) combined in a fixed tree at the end, each
+//!   multiply and add rounding separately;
+//! - scores in f32 in the log2 domain, as flash kernels keep them (FlashAttention's
+//!   `softmax_scale * log2(e)`, `exp2`): `s = fma(dot, f32(scale) * log2(e), bias * log2(e))`,
+//!   one rounding for the fused multiply-add. With logits in the thousands the rounding of `s`
+//!   is what the weights' error is made of, and it is 1.44 times coarser than in the natural
+//!   domain (see docs/reference.md);
 //! - keys go tile by tile, 128 keys per tile aligned to absolute key index 0 (the tiling of the
 //!   kernels' KV loop); a tile's visible keys update the running max `m` and sum `l` (both f32):
-//!   `m_new = max(m, max_tile s)`, `l = l * exp(m - m_new) + sum_tile exp(s - m_new)`, the sum
+//!   `m_new = max(m, max_tile s)`, `l = l * exp2(m - m_new) + sum_tile exp2(s - m_new)`, the sum
 //!   taken in key order over the f32 `p` before rounding;
-//! - `p = exp(s - m_new)` is rounded to the case dtype before `P V`; the f32 accumulator is
-//!   rescaled by `exp(m - m_new)` and then adds `round(p) * v` key by key;
+//! - `p = exp2(s - m_new)` is rounded to the case dtype before `P V`; the f32 accumulator is
+//!   rescaled by `exp2(m - m_new)` and then adds `round(p) * v` key by key;
 //! - at the end `out = round_dtype(acc / l)` (f32 division); for fp32 no rounding happens.
 //!
 //! `out` holds the rounded values as f64; `lse` is the f64 value of the final f32 state,
-//! `m + ln(l)` evaluated in f64 (so it is the exact LSE of the emulated state).
+//! `(m + log2(l)) ln(2)` evaluated in f64 (so it is the exact LSE of the emulated state).
 //! Padding rows are 0 in both, as in the f64 reference.
 
 use crate::output::RefOutput;
@@ -24,6 +28,8 @@ use crate::progress::{ignore, Progress};
 use crate::sample::real_rows_of;
 use ndarray::{Array2, Array3, Axis};
 use rayon::prelude::*;
+use std::f32::consts::LOG2_E;
+use std::f64::consts::LN_2;
 
 /// Keys per tile of the emulated KV loop, aligned to absolute key index 0.
 pub const EMULATED_KEY_TILE: usize = 128;
@@ -164,7 +170,7 @@ struct Pair {
 /// not its tile). Results in the order of `pairs`; a padding row gives zeros.
 fn item(p: &Problem, pairs: &[(usize, usize)], kvh: usize) -> Vec<(Vec<f64>, f64)> {
     let dtype = p.dtype;
-    let scale = p.softmax_scale as f32;
+    let scale2 = p.softmax_scale as f32 * LOG2_E;
     let mut states: Vec<Option<Pair>> = pairs
         .iter()
         .map(|&(t, head)| {
@@ -202,15 +208,15 @@ fn item(p: &Problem, pairs: &[(usize, usize)], kvh: usize) -> Vec<(Vec<f64>, f64
             let z = (st.last + 1).min((tile + 1) * EMULATED_KEY_TILE);
             let scores = &mut s[..z - a];
             for (x, j) in scores.iter_mut().zip(a..z) {
-                *x =
-                    scale * dot_f32(&st.q, p.key(st.b, j, kvh)) + p.bias(st.t, st.head, st.pos - j);
+                let bias2 = p.bias(st.t, st.head, st.pos - j) * LOG2_E;
+                *x = dot_f32(&st.q, p.key(st.b, j, kvh)).mul_add(scale2, bias2);
             }
             let m_new = scores.iter().copied().fold(st.m, f32::max);
-            let alpha = (st.m - m_new).exp(); // exp(-inf) = 0 on the first tile
+            let alpha = (st.m - m_new).exp2(); // exp2(-inf) = 0 on the first tile
             st.l *= alpha;
             st.acc.iter_mut().for_each(|x| *x *= alpha);
             for (x, j) in scores.iter().zip(a..z) {
-                let w = (x - m_new).exp();
+                let w = (x - m_new).exp2();
                 st.l += w;
                 let w = dtype.round(w);
                 for (o, &v) in st.acc.iter_mut().zip(p.value(st.b, j, kvh)) {
@@ -228,7 +234,7 @@ fn item(p: &Problem, pairs: &[(usize, usize)], kvh: usize) -> Vec<(Vec<f64>, f64
                     .iter()
                     .map(|&x| dtype.round(x / st.l) as f64)
                     .collect(),
-                st.m as f64 + (st.l as f64).ln(),
+                (st.m as f64 + (st.l as f64).log2()) * LN_2,
             ),
             None => (vec![0.0; p.head_dim], 0.0),
         })

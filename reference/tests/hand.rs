@@ -293,9 +293,10 @@ fn zero_length_request_in_the_middle_and_padding() {
 
 #[test]
 fn emulation_rounds_the_weights_but_not_their_sum() {
-    // bf16, one query at position 1: s(key 0) = 0 + rel[1] = 0, s(key 1) = 0 + rel[0] = -1.
-    // Both keys share one 128-key tile, so m = 0: p = [1, e^-1] in f32; l sums the f32 p; P V
-    // uses p rounded to bf16; the output is rounded to bf16 after the f32 division.
+    // bf16, one query at position 1: s(key 0) = 0 + rel[1] = 0, s(key 1) = 0 + rel[0] = -1,
+    // log2(e) and -log2(e) in the log2 domain. Both keys share one 128-key tile, so m = 0:
+    // p = [1, 2^-log2(e)] in f32; l sums the f32 p; P V uses p rounded to bf16; the output is
+    // rounded to bf16 after the f32 division.
     let case = Tiny {
         heads: 1,
         kv_heads: 1,
@@ -310,16 +311,59 @@ fn emulation_rounds_the_weights_but_not_their_sum() {
     };
     let p = case.problem_in(DType::Bf16);
     let to_bf16 = |x: f32| half::bf16::from_f32(x).to_f32();
-    let p1 = (-1.0f32).exp();
+    let p1 = (-std::f32::consts::LOG2_E).exp2();
     let l = 1.0f32 + p1;
     let want = to_bf16((to_bf16(p1) * 64.0) / l);
     let emu = emulate::attention(&p);
     assert_eq!(emu.out[[0, 0, 0]], want as f64);
-    assert_eq!(emu.lse[[0, 0]], (l as f64).ln());
+    assert_eq!(emu.lse[[0, 0]], (l as f64).log2() * std::f64::consts::LN_2);
     // Rounding p shows: e^-1 = 0.3679 becomes 0.3672, 23.54 / 1.368 = 17.21 becomes
     // 23.5 / 1.368 = 17.18, which bf16 rounds to 17.125 where the exact 17.21 rounds to 17.25.
     assert_eq!(want, 17.125);
     let exact = 64.0 * (-1.0f64).exp() / (1.0 + (-1.0f64).exp());
     assert_abs_diff_eq!(oracle::attention(&p).out[[0, 0, 0]], exact, epsilon = 1e-12);
     assert_eq!(to_bf16(exact as f32), 17.25);
+}
+
+#[test]
+fn emulation_keeps_scores_in_the_log2_domain() {
+    // fp32, one query at position 1, both keys at bias 32384 (large_logits' size), dot products
+    // 0 and 0.5. Flash kernels score `fma(dot, scale log2(e), bias log2(e))` near 46,720, where
+    // f32's spacing is 2^-8, then take exp2 of the difference to the max: the weight of key 0 is
+    // 2^(s0 - s1) with s0 - s1 a multiple of 2^-8, not e^-0.5. The emulation computes exactly that.
+    let case = Tiny {
+        heads: 1,
+        kv_heads: 1,
+        d: 1,
+        e: 2,
+        scale: 1.0,
+        window_left: -1,
+        q: vec![vec![1.0]],
+        rel: vec![vec![32384.0, 32384.0]],
+        kv: vec![(vec![vec![0.0], vec![0.5]], vec![vec![0.0], vec![1.0]])],
+        cu: vec![0, 1],
+    };
+    let p = case.problem();
+    let log2e = std::f32::consts::LOG2_E;
+    let bias2 = 32384.0f32 * log2e;
+    let (s0, s1) = (0.0f32.mul_add(log2e, bias2), 0.5f32.mul_add(log2e, bias2));
+    let w0 = (s0 - s1).exp2();
+    let l = w0 + 1.0;
+    let emu = emulate::attention(&p);
+    assert_eq!(emu.out[[0, 0, 0]], (1.0 / l) as f64);
+    assert_eq!(
+        emu.lse[[0, 0]],
+        (s1 as f64 + (l as f64).log2()) * std::f64::consts::LN_2
+    );
+    // The rounding of the scores moved the weight by more than f32 arithmetic on the natural
+    // scores (whose difference 0.5 is exact) would: this is the error rule (a) scales with.
+    let natural = 1.0 / (1.0 + (-0.5f32).exp());
+    let exact = 1.0 / (1.0 + (-0.5f64).exp());
+    assert!(
+        (emu.out[[0, 0, 0]] - exact).abs() > 1e-4,
+        "{}",
+        emu.out[[0, 0, 0]]
+    );
+    assert!((natural as f64 - exact).abs() < 1e-7);
+    assert_abs_diff_eq!(oracle::attention(&p).out[[0, 0, 0]], exact, epsilon = 1e-12);
 }
