@@ -119,8 +119,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     run_with(args, &NvmlSource::new(), libs, &factory)
 }
 
-/// One of `processes` runs on this machine: the global thread pool gets its share of the cores
-/// (before anything uses it), unless RAYON_NUM_THREADS sets the count.
+/// One of `processes` runs on this machine: the global thread pool gets its share of the cores,
+/// rounded up (a run spends part of its time waiting on the GPU, so the shares together may
+/// exceed the cores by less than one each), before anything uses it, unless RAYON_NUM_THREADS
+/// sets the count.
 fn share_machine(processes: usize) -> anyhow::Result<()> {
     if processes == 0 {
         return Err(exit::usage("--processes must be at least 1"));
@@ -131,7 +133,7 @@ fn share_machine(processes: usize) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Err only when the pool already exists (a second run in one process): keep that pool.
     let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads((cores / processes).max(1))
+        .num_threads(cores.div_ceil(processes))
         .build_global();
     Ok(())
 }
