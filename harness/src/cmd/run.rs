@@ -150,12 +150,10 @@ fn wants_compile_checks(args: &Args, native_gpu: bool) -> bool {
 }
 
 /// The compile checks of `run`: the plain build of every program for every architecture, on a
-/// pool of half the cores.
+/// pool of as many threads as the cores that run at the lowest priority, so they take only the
+/// cores the trials leave idle and never delay a trial.
 fn run_compile_checks() -> Vec<relattn_reports::CompileCheck> {
-    let threads = (rayon::current_num_threads() / 2).max(1);
-    let checks = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
+    let checks = background_pool(rayon::current_num_threads())
         .map_err(|e| e.to_string())
         .and_then(|pool| {
             pool.install(|| crate::gpu_exec::compile_checks(&[Variant::PLAIN]))
@@ -169,6 +167,18 @@ fn run_compile_checks() -> Vec<relattn_reports::CompileCheck> {
             message,
         }]
     })
+}
+
+/// A thread pool whose threads run at the lowest scheduling priority (nice 19; on Linux the
+/// nice value is per thread). Where the system refuses, the threads keep the usual priority.
+fn background_pool(threads: usize) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("relattn-compile-check-{i}"))
+        .start_handler(|_| {
+            let _ = rustix::process::setpriority_process(None, 19);
+        })
+        .build()
 }
 
 /// `run` with the capability source and executor factory given: a rejected device stops here
@@ -643,6 +653,16 @@ mod tests {
     use relattn_kernels::capability::{DeviceInfo, MockSource};
     use relattn_kernels::routing::Capability;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn compile_checks_run_at_the_lowest_priority_and_the_caller_keeps_its_own() {
+        let mine = rustix::process::getpriority_process(None).unwrap();
+        let pool = background_pool(2).unwrap();
+        let theirs = pool
+            .install(|| rayon::broadcast(|_| rustix::process::getpriority_process(None).unwrap()));
+        assert_eq!(theirs, vec![19, 19]);
+        assert_eq!(rustix::process::getpriority_process(None).unwrap(), mine);
+    }
 
     /// Counts every attempt to compile kernels or allocate device memory.
     #[derive(Default)]
