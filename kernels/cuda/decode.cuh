@@ -1,5 +1,6 @@
 #pragma once
 #include "query_bias.cuh"
+#include "fma_loop.cuh"
 // Single-query CTAs (q_len 1): the streaming mma.sync decode loop with its staged bias, and the
 // fp32 FMA loop for groups of more than 16 heads.
 

@@ -1,4 +1,5 @@
 #include "attention.cuh"
+#include "entry.cuh"
 // fallback path (the Ampere/Ada route): the generic tiled kernel, where one program is a block of
 // query rows x all G query heads of one KV head (K/V staged once for the whole group), plus the
 // two-stage split-KV decode kernel of SPEC section 4.3 (its merge done by each group's last CTA).

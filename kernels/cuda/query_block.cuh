@@ -1,6 +1,7 @@
 #pragma once
 #include "query_bias.cuh"
 #include "products.cuh"
+#include "sm90.cuh"
 // The query block: K/V tiles (by tensor copies on sm_90a), Q K^T, the bias, the online softmax,
 // P V, for a block of query rows of one request and KV head.
 

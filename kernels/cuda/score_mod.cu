@@ -1,10 +1,11 @@
 #include "attention.cuh"
+#include "entry.cuh"
 // score_mod path (the Hopper route): a tiled flash forward where the bias is gathered per score
 // element as rel_logits[t, h, clamp(d, 0, E - 1)] and selected to 0 outside [0, E).
 // No split-KV: the whole key range of a CTA is one online softmax.
 //
 // Grid: (ceil(max_q_len / (MMA_ROWS / G)), Hkv, B). A CTA computes MMA_ROWS / G query rows of one
-// request with the G query heads of one KV head (see common.cuh). Rows of the CTA past the
+// request with the G query heads of one KV head (see basics.cuh). Rows of the CTA past the
 // request's last row are tile padding: q and rel_logits are never read for them and nothing is
 // stored.
 

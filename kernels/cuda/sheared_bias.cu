@@ -1,4 +1,6 @@
 #include "attention.cuh"
+#include "combine.cuh"
+#include "entry.cuh"
 // sheared_bias path (the Blackwell datacenter route).
 //
 // Prologue: for each real query row t and head h, the sheared bias row holds, for the 128-key

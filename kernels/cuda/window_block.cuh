@@ -1,5 +1,6 @@
 #pragma once
 #include "query_block.cuh"
+#include "sm90.cuh"
 // The sm_90a query block of windowed layers (local layers' blocks near the diagonal).
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL

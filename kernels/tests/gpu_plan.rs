@@ -26,10 +26,19 @@ fn sources_include_only_the_project_headers() {
             );
         }
     }
-    // Each file includes what it uses: a path's file the attention loops, those their parts (the
-    // query blocks' biases first), the parts the CTA, the CTA the basics.
+    // Each file includes what it uses: a path's file the attention loops and the kernel entries
+    // (sheared_bias the split combine too), the loops their parts (the query blocks' biases
+    // first), the parts the CTA (and the sm_90a instructions), the CTA and the other pieces the
+    // parameters, the parameters the basics.
     for path in PathId::ALL {
-        assert!(own_file(path).1.starts_with("#include \"attention.cuh\"\n"));
+        let text = own_file(path).1;
+        assert!(text.starts_with("#include \"attention.cuh\"\n"));
+        assert!(text.contains("\n#include \"entry.cuh\"\n"), "{path}");
+        assert_eq!(
+            text.contains("\n#include \"combine.cuh\"\n"),
+            text.contains("combine_row<"),
+            "{path}"
+        );
     }
     for (name, first) in [
         ("attention.cuh", "query_bias.cuh"),
@@ -38,7 +47,12 @@ fn sources_include_only_the_project_headers() {
         ("query_block.cuh", "query_bias.cuh"),
         ("products.cuh", "cta.cuh"),
         ("query_bias.cuh", "cta.cuh"),
-        ("cta.cuh", "common.cuh"),
+        ("cta.cuh", "params.cuh"),
+        ("sm90.cuh", "params.cuh"),
+        ("fma_loop.cuh", "params.cuh"),
+        ("combine.cuh", "params.cuh"),
+        ("entry.cuh", "params.cuh"),
+        ("params.cuh", "basics.cuh"),
     ] {
         let text = gpu::SHARED.iter().find(|(n, _)| *n == name).unwrap().1;
         assert!(
@@ -46,6 +60,53 @@ fn sources_include_only_the_project_headers() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn architecture_ifdefs_stand_only_in_files_of_that_concern() {
+    // The architecture's choices: its instructions, its products, its windowed block, its
+    // launch bounds and its tile copies. Everything else is the same code on every SM80+ GPU.
+    let allowed = [
+        "sm90.cuh",
+        "products.cuh",
+        "window_block.cuh",
+        "entry.cuh",
+        "query_block.cuh",
+    ];
+    let mut files: Vec<(&str, &str)> = gpu::SHARED.to_vec();
+    files.extend(PathId::ALL.map(own_file));
+    let with: Vec<&str> = files
+        .iter()
+        .filter(|(_, text)| text.contains("__CUDA_ARCH"))
+        .map(|(name, _)| *name)
+        .collect();
+    for name in &with {
+        assert!(
+            allowed.contains(name),
+            "{name} holds an architecture #ifdef"
+        );
+    }
+    assert!(with.contains(&"sm90.cuh"), "{with:?}");
+    // sm90.cuh is sm_90a code from its first declaration to its end.
+    let sm90 = gpu::SHARED
+        .iter()
+        .find(|(n, _)| *n == "sm90.cuh")
+        .unwrap()
+        .1;
+    let code: Vec<&str> = sm90
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+        .collect();
+    assert_eq!(
+        code[..3],
+        [
+            "#pragma once",
+            "#include \"params.cuh\"",
+            "#ifdef __CUDA_ARCH_FEAT_SM90_ALL"
+        ]
+    );
+    assert_eq!(code.last(), Some(&"#endif"));
+    assert_eq!(sm90.matches("#endif").count(), 1);
 }
 
 #[test]
@@ -110,8 +171,13 @@ fn plan_options_follow_the_variant() {
             names,
             [
                 "constants.cuh",
-                "common.cuh",
+                "basics.cuh",
+                "params.cuh",
+                "fma_loop.cuh",
+                "combine.cuh",
+                "entry.cuh",
                 "cta.cuh",
+                "sm90.cuh",
                 "query_bias.cuh",
                 "products.cuh",
                 "query_block.cuh",
@@ -385,7 +451,7 @@ fn params_mirror_the_c_struct() {
     assert_eq!(std::mem::offset_of!(Params, tma), 344);
     assert_eq!(std::mem::offset_of!(Params, tmap_k), 384);
     assert_eq!(std::mem::offset_of!(Params, tmap_v), 512);
-    let c = c_struct_fields(gpu::COMMON).expect("struct Params in common.cuh");
+    let c = c_struct_fields(gpu::PARAMS).expect("struct Params in params.cuh");
     assert_eq!(c, PARAM_FIELDS);
 }
 

@@ -13,7 +13,7 @@ use std::ffi::{c_char, CString};
 use std::sync::Arc;
 
 // SAFETY: `Params` is `#[repr(C)]`, `Copy`, holds only integers and floats, and matches the C
-// struct the kernels take by value field for field (tested against common.cuh).
+// struct the kernels take by value field for field (tested against params.cuh).
 unsafe impl DeviceRepr for Params {}
 
 /// Whether libcuda can be loaded. Must be true before anything touches cudarc's driver API,
@@ -167,7 +167,7 @@ pub(crate) fn fill_bytes<T>(
     unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, n, stream.cu_stream()) }
 }
 
-/// Launch one kernel taking `Params` by value, with the CTA size common.cuh is built for and
+/// Launch one kernel taking `Params` by value, with the CTA size the entries are built for (entry.cuh) and
 /// `shared_mem_bytes` of dynamic shared memory (the function must allow that much: see
 /// `Gpu::load`).
 pub(crate) fn launch(
@@ -186,7 +186,7 @@ pub(crate) fn launch(
     let mut builder = stream.launch_builder(func);
     builder.arg(params);
     // SAFETY: every kernel of the relattn programs takes exactly one `Params` by value (the entry
-    // macro in common.cuh), and `params` mirrors it. Its pointers come from live buffers of this
+    // macros in entry.cuh), and `params` mirrors it. Its pointers come from live buffers of this
     // context that stay alive until the stream is synchronised after the launches, and the sizes
     // in it are those buffers' lengths, which the kernels' index arithmetic stays within (and
     // checks under RELATTN_BOUNDS_CHECK). The attention kernels use at most the dynamic shared

@@ -13,11 +13,11 @@ use crate::routing::{self, PathId};
 use std::ops::Range;
 
 /// Virtual rows (query row x query head of one KV head's group) an attention CTA computes;
-/// mirrors `MMA_ROWS` in common.cuh. A CTA holds `CTA_ROWS / G` query rows.
+/// is `MMA_ROWS` in the CUDA (constants.cuh). A CTA holds `CTA_ROWS / G` query rows.
 pub const CTA_ROWS: usize = 64;
-/// Query rows (of one head) a sheared_bias prologue CTA fills; mirrors `ROWS` in common.cuh.
+/// Query rows (of one head) a sheared_bias prologue CTA fills; mirrors `ROWS` in basics.cuh.
 pub(crate) const PROLOGUE_ROWS: usize = 32;
-/// Threads per CTA; mirrors `THREADS` in common.cuh.
+/// Threads per CTA; is `THREADS` in the CUDA (constants.cuh).
 pub const CTA_THREADS: u32 = 128;
 /// The only head dim the kernels are built for; mirrors `HEAD_DIM`.
 pub use crate::routing::HEAD_DIM;

@@ -51,6 +51,6 @@ pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_AR
 pub use run::{run_path, run_path_timed, GpuRun, Repeats};
 pub use source::{
     constants_header, dtype_option, entries, entries_of, entry_name, files, own_file, program_name,
-    program_source, Stage, COMMON, DTYPES, SHARED, SHARED_CONSTANTS,
+    program_source, Stage, DTYPES, PARAMS, SHARED, SHARED_CONSTANTS,
 };
 pub use upload::{decode_bits, encode, out_poison, padding_bits, unwritten_bits, DeviceProblem};

@@ -160,7 +160,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::CombineNoRescale => &[
             Patch {
-                file: "common.cuh",
+                file: "combine.cuh",
                 from: r#"            w = expf(e);
 "#,
                 to: r#"            w = 1.f;
@@ -250,7 +250,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         }],
         Mutant::CombineClamped => &[
             Patch {
-                file: "common.cuh",
+                file: "combine.cuh",
                 from: r#"            w = expf(e);
 "#,
                 to: r#"            w = expf(fmaxf(e, -4.f));
@@ -265,7 +265,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
             },
         ],
         Mutant::EmptySplitPublished => &[Patch {
-            file: "common.cuh",
+            file: "combine.cuh",
             from: r#"        if (s < p.num_splits && nonempty(s)) {
 "#,
             to: r#"        if (s < p.num_splits && true) {
@@ -348,7 +348,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
             },
         ],
         Mutant::BlockTableRowZero => &[Patch {
-            file: "common.cuh",
+            file: "params.cuh",
             from: r#"    return p.block_table[i];
 "#,
             to: r#"    return p.block_table[i % p.bt_stride];

@@ -1,10 +1,10 @@
-//! The kernels' one by-value argument: the Rust mirror of `struct Params` in common.cuh. Every field
+//! The kernels' one by-value argument: the Rust mirror of `struct Params` in params.cuh. Every field
 //! is 8 bytes except an f32 + i32 pair and the two 64-byte aligned tensor maps at the end, so
 //! `#[repr(C)]` lays it out as the C struct.
 
 #![deny(unsafe_code)]
 
-/// Field names of the C struct in declaration order (checked against common.cuh by a test).
+/// Field names of the C struct in declaration order (checked against params.cuh by a test).
 pub const FIELDS: [&str; 47] = [
     "q",
     "kv",
@@ -55,7 +55,7 @@ pub const FIELDS: [&str; 47] = [
     "tmap_v",
 ];
 
-/// A `CUtensorMap` as the kernels take it (`struct TensorMap` in common.cuh): 128 opaque bytes,
+/// A `CUtensorMap` as the kernels take it (`struct TensorMap` in params.cuh): 128 opaque bytes,
 /// 64-byte aligned, encoded by the driver (`cuTensorMapEncodeTiled`).
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //!
 //! One NVRTC program per path: the path's `.cu` file, which `#include`s the shared device code
 //! (`attention.cuh`, which includes its parts by concern, which include `cta.cuh`, which includes
-//! `common.cuh`), handed to NVRTC as in-memory headers. Entries are `extern "C"` kernels named `{path}_{stage}_{dtype}`.
+//! `params.cuh`, which includes `basics.cuh`), handed to NVRTC as in-memory headers. Entries are
+//! `extern "C"` kernels named `{path}_{stage}_{dtype}`.
 
 #![deny(unsafe_code)]
 
@@ -10,23 +11,34 @@ use super::launch_plan as lp;
 use crate::routing::PathId;
 use relattn_reference::DType;
 
-/// Device code every program starts with, in order: basics and loads, the attention CTA's
-/// building blocks, the attention loops (a file per concern: the query blocks' biases and
-/// softmax, the tensor-core products, the query block, the sm_90a windowed block, the
-/// single-query CTAs, then the dispatch).
+/// The shared device code, in the order a program meets it: the basics (sizes, dtypes), the
+/// parameters and their loads, the FMA loop's pieces, the split combine, the kernel entries, the
+/// attention CTA's building blocks, the sm_90a instructions, then the attention loops (a file per
+/// concern: the query blocks' biases and softmax, the tensor-core products, the query block, the
+/// sm_90a windowed block, the single-query CTAs, then the dispatch).
 pub const CONSTANTS: &str = include_str!("../../cuda/constants.cuh");
-pub const COMMON: &str = include_str!("../../cuda/common.cuh");
+pub const BASICS: &str = include_str!("../../cuda/basics.cuh");
+pub const PARAMS: &str = include_str!("../../cuda/params.cuh");
+pub const FMA_LOOP: &str = include_str!("../../cuda/fma_loop.cuh");
+pub const COMBINE: &str = include_str!("../../cuda/combine.cuh");
+pub const ENTRY: &str = include_str!("../../cuda/entry.cuh");
 pub const CTA: &str = include_str!("../../cuda/cta.cuh");
+pub const SM90: &str = include_str!("../../cuda/sm90.cuh");
 pub const QUERY_BIAS: &str = include_str!("../../cuda/query_bias.cuh");
 pub const PRODUCTS: &str = include_str!("../../cuda/products.cuh");
 pub const QUERY_BLOCK: &str = include_str!("../../cuda/query_block.cuh");
 pub const WINDOW_BLOCK: &str = include_str!("../../cuda/window_block.cuh");
 pub const DECODE: &str = include_str!("../../cuda/decode.cuh");
 pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
-pub const SHARED: [(&str, &str); 9] = [
+pub const SHARED: [(&str, &str); 14] = [
     ("constants.cuh", CONSTANTS),
-    ("common.cuh", COMMON),
+    ("basics.cuh", BASICS),
+    ("params.cuh", PARAMS),
+    ("fma_loop.cuh", FMA_LOOP),
+    ("combine.cuh", COMBINE),
+    ("entry.cuh", ENTRY),
     ("cta.cuh", CTA),
+    ("sm90.cuh", SM90),
     ("query_bias.cuh", QUERY_BIAS),
     ("products.cuh", PRODUCTS),
     ("query_block.cuh", QUERY_BLOCK),
@@ -114,7 +126,7 @@ pub fn program_name(path: PathId, dtype: DType) -> String {
     format!("{}_{}.cu", path.as_str(), dtype.name())
 }
 
-/// The NVRTC option that keeps only `dtype`'s entries in a program (common.cuh).
+/// The NVRTC option that keeps only `dtype`'s entries in a program (entry.cuh).
 pub fn dtype_option(dtype: DType) -> String {
     format!("-DRELATTN_ONLY_{}", dtype.name())
 }
