@@ -49,6 +49,7 @@ fn sources_include_only_the_project_headers() {
         ("query_bias.cuh", "cta.cuh"),
         ("cta.cuh", "params.cuh"),
         ("sm90.cuh", "params.cuh"),
+        ("kv_tma.cuh", "cta.cuh"),
         ("fma_loop.cuh", "params.cuh"),
         ("combine.cuh", "params.cuh"),
         ("entry.cuh", "params.cuh"),
@@ -65,13 +66,13 @@ fn sources_include_only_the_project_headers() {
 #[test]
 fn architecture_ifdefs_stand_only_in_files_of_that_concern() {
     // The architecture's choices: its instructions, its products, its windowed block, its
-    // launch bounds and its tile copies. Everything else is the same code on every SM80+ GPU.
+    // launch bounds and its K/V tensor copies. Everything else is the same code on every SM80+ GPU.
     let allowed = [
         "sm90.cuh",
         "products.cuh",
         "window_block.cuh",
         "entry.cuh",
-        "query_block.cuh",
+        "kv_tma.cuh",
     ];
     let mut files: Vec<(&str, &str)> = gpu::SHARED.to_vec();
     files.extend(PathId::ALL.map(own_file));
@@ -180,6 +181,7 @@ fn plan_options_follow_the_variant() {
                 "sm90.cuh",
                 "query_bias.cuh",
                 "products.cuh",
+                "kv_tma.cuh",
                 "query_block.cuh",
                 "window_block.cuh",
                 "decode.cuh",

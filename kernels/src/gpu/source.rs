@@ -14,7 +14,7 @@ use relattn_reference::DType;
 /// The shared device code, in the order a program meets it: the basics (sizes, dtypes), the
 /// parameters and their loads, the FMA loop's pieces, the split combine, the kernel entries, the
 /// attention CTA's building blocks, the sm_90a instructions, then the attention loops (a file per
-/// concern: the query blocks' biases and softmax, the tensor-core products, the query block, the
+/// concern: the query blocks' biases and softmax, the tensor-core products, the K/V tensor copies, the query block, the
 /// sm_90a windowed block, the single-query CTAs, then the dispatch).
 pub const CONSTANTS: &str = include_str!("../../cuda/constants.cuh");
 pub const BASICS: &str = include_str!("../../cuda/basics.cuh");
@@ -26,11 +26,12 @@ pub const CTA: &str = include_str!("../../cuda/cta.cuh");
 pub const SM90: &str = include_str!("../../cuda/sm90.cuh");
 pub const QUERY_BIAS: &str = include_str!("../../cuda/query_bias.cuh");
 pub const PRODUCTS: &str = include_str!("../../cuda/products.cuh");
+pub const KV_TMA: &str = include_str!("../../cuda/kv_tma.cuh");
 pub const QUERY_BLOCK: &str = include_str!("../../cuda/query_block.cuh");
 pub const WINDOW_BLOCK: &str = include_str!("../../cuda/window_block.cuh");
 pub const DECODE: &str = include_str!("../../cuda/decode.cuh");
 pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
-pub const SHARED: [(&str, &str); 14] = [
+pub const SHARED: [(&str, &str); 15] = [
     ("constants.cuh", CONSTANTS),
     ("basics.cuh", BASICS),
     ("params.cuh", PARAMS),
@@ -41,6 +42,7 @@ pub const SHARED: [(&str, &str); 14] = [
     ("sm90.cuh", SM90),
     ("query_bias.cuh", QUERY_BIAS),
     ("products.cuh", PRODUCTS),
+    ("kv_tma.cuh", KV_TMA),
     ("query_block.cuh", QUERY_BLOCK),
     ("window_block.cuh", WINDOW_BLOCK),
     ("decode.cuh", DECODE),
