@@ -150,8 +150,8 @@ fn wants_compile_checks(args: &Args, native_gpu: bool) -> bool {
 }
 
 /// The compile checks of `run`: the plain build of every program for every architecture, on a
-/// pool of as many threads as the cores that run at the lowest priority, so they take only the
-/// cores the trials leave idle and never delay a trial.
+/// pool of one thread per core at the lowest priority, so they take only the cores the trials
+/// leave idle.
 fn run_compile_checks() -> Vec<relattn_reports::CompileCheck> {
     let checks = background_pool(rayon::current_num_threads())
         .map_err(|e| e.to_string())
