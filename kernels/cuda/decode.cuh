@@ -45,7 +45,6 @@ __device__ __forceinline__ void staged_decode_cells(const Params& p, const Cta& 
     // The cell's element.
     const unsigned at =
         bs + (unsigned)((16 * warp + r) * DEC_BIAS_ROW + 2 * (d - 8 * ((D - 15) >> 3)));
-    const int E = clamp_i32(p.E);
     const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at));
     const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
     T v0, v1;

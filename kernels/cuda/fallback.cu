@@ -23,11 +23,11 @@ struct FallbackRow : RowBase {
     // Bias of key j0 + x: rel_logits[t, h, d] when 0 <= d < E, else 0, by a branch (no clamp);
     // -inf where the causal or window mask hides the key.
     __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
-        const int d = cu.d0 - x, wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
-        const bool in_window = wl < 0 || d <= wl;
-        const bool visible = valid && d >= 0 && in_window;
+        const CellRule rule(p);
+        const int d = cu.d0 - x;
+        const bool visible = valid && rule.visible(d);
         float b = 0.f;
-        if (rel_ok && d >= 0 && d < E) {
+        if (rel_ok && rule.in_extent(d)) {
             check_index(rel_row + d, p.rel_size);
             b = to_f32(cu.at[-x]);
         }

@@ -140,6 +140,22 @@ __device__ __forceinline__ i64 first_visible(const Params& p, i64 pos) {
     return p.window_left >= 0 ? imax(0, pos - p.window_left) : 0;
 }
 
+// The rule of one score cell at distance d = pos - j (SPEC 3 and 4), in one place for every
+// path: the key is visible iff 0 <= d <= window_left (causal; no upper bound without a window),
+// and its bias is rel_logits[t, h, d] iff 0 <= d < E (0 past E). Each test is one unsigned
+// compare (d < 0 wraps past both bounds). Key positions fit int32; the i64 forms are for code
+// that keeps distances in 64 bits.
+struct CellRule {
+    unsigned last;    // the largest visible d
+    unsigned extent;  // E
+    __device__ __forceinline__ explicit CellRule(const Params& p)
+        : last(p.window_left < 0 ? 0x7fffffffu : (unsigned)clamp_i32(p.window_left)), extent((unsigned)clamp_i32(p.E)) {}
+    __device__ __forceinline__ bool visible(int d) const { return (unsigned)d <= last; }
+    __device__ __forceinline__ bool in_extent(int d) const { return (unsigned)d < extent; }
+    __device__ __forceinline__ bool visible(i64 d) const { return (unsigned long long)d <= last; }
+    __device__ __forceinline__ bool in_extent(i64 d) const { return (unsigned long long)d < extent; }
+};
+
 // The request owning real row t: the largest b with cu[b] <= t (zero-length requests before it
 // share its cu value and are skipped by taking the largest).
 __device__ __forceinline__ i64 request_of_row(const Params& p, i64 t) {

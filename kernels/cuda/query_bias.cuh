@@ -105,13 +105,10 @@ static_assert(QUERY_SMEM_BYTES_WG_WINDOW >= 4 * KEY_TILE * HEAD_DIM * 2 + REL_ST
 // `raw` (used only where 0 <= d < E, so only staged elements count): rel_logits there, 0 past E,
 // -inf where the causal or window mask hides the key (in a query block, keys outside [lo, hi)
 // are hidden by one or the other; a decode split masks them itself).
-// Visible is 0 <= d <= window_left (no upper bound without a window): one unsigned compare.
+// The mask and extent are `CellRule`'s.
 template <class T> __device__ __forceinline__ unsigned rel_cell(const Params& p, int d, unsigned raw) {
-    const int wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
-    const unsigned last = wl < 0 ? 0x7fffffffu : (unsigned)wl;  // the largest visible d
-    const bool visible = (unsigned)d <= last;
-    const bool in_extent = d < E;
-    return visible ? (in_extent ? raw : 0u) : Tc<T>::NEG_INF_BITS;
+    const CellRule rule(p);
+    return rule.visible(d) ? (rule.in_extent(d) ? raw : 0u) : Tc<T>::NEG_INF_BITS;
 }
 
 template <class T, class Row, bool MASKED> struct RelStage {

@@ -25,10 +25,10 @@ struct ScoreModRow : RowBase {
     // gather happens only where the select keeps it (0 <= d < E), so masked cells cost no load;
     // there the clamped index is d itself.
     __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
-        const int d = cu.d0 - x, wl = clamp_i32(p.window_left), E = clamp_i32(p.E);
-        const bool in_window = wl < 0 || d <= wl;
-        const bool visible = valid && d >= 0 && in_window;
-        const bool in_extent = d >= 0 && d < E;
+        const CellRule rule(p);
+        const int d = cu.d0 - x, E = clamp_i32(p.E);
+        const bool visible = valid && rule.visible(d);
+        const bool in_extent = rule.in_extent(d);
         const int dc = min(max(d, 0), E - 1);
         float gathered = 0.f;
         if (rel_ok && in_extent) {

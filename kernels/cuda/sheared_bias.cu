@@ -35,7 +35,7 @@ __device__ void sheared_bias_prologue(const Params& p) {
     const i64 i0 = (i64)blockIdx.x * ROWS;
     if (i0 >= r.q_len) return;
     const int width = (int)p.shear_width;
-    const bool local = p.window_left >= 0;
+    const CellRule rule(p);
     for (int rr = 0; rr < ROWS; ++rr) {
         const i64 i = i0 + rr;
         const bool valid = i < r.q_len;
@@ -47,11 +47,10 @@ __device__ void sheared_bias_prologue(const Params& p) {
         const i64 rel_row = (t * p.H + h) * p.E;
         for (int k = threadIdx.x; k < width; k += THREADS) {
             const i64 d = pos - (base + k);
-            const bool in_window = !local || d <= p.window_left;
-            const bool in_extent = d >= 0 && d < p.E;
+            const bool in_extent = rule.in_extent(d);
             const i64 di = imin(d, p.E - 1);
             const float rel = (rel_ok && in_extent) ? ld_rel<T>(p, rel_row + di) : 0.f;
-            const float v = (d < 0 || !in_window) ? neg_inf() : (in_extent ? rel : 0.f);
+            const float v = rule.visible(d) ? (in_extent ? rel : 0.f) : neg_inf();
             if (valid) st_shear<T>(p, (t * p.H + h) * width + k, v);
         }
     }

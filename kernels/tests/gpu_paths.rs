@@ -198,9 +198,16 @@ fn every_path_matches_the_reference() {
     );
 }
 
+/// How a planted build first failed: the (case, splits) and why, and whether the failure was a
+/// GPU error (a trap or fault, which leaves CUDA unusable in the process, see `GpuError::Trap`)
+/// rather than a wrong result.
+struct Catch {
+    how: String,
+    gpu_error: bool,
+}
+
 /// The first (case, splits) on which `path` built with `variant` fails, or None if it survives.
-/// A trap counts as caught; it leaves CUDA unusable in this process (see `GpuError::Trap`).
-fn first_catch(gpu: &Gpu, variant: Variant, path: PathId, cases: &[Case]) -> Option<String> {
+fn first_catch(gpu: &Gpu, variant: Variant, path: PathId, cases: &[Case]) -> Option<Catch> {
     let loaded = load(gpu, variant);
     for case in cases {
         let dp = gpu.upload(&case.problem).unwrap();
@@ -216,11 +223,19 @@ fn first_catch(gpu: &Gpu, variant: Variant, path: PathId, cases: &[Case]) -> Opt
             match run_path(gpu, &loaded, &dp, path, splits) {
                 Ok(run) => {
                     if let Err(e) = judge(case, &run) {
-                        return Some(format!("{} {splits:?}: {e}", case.name));
+                        return Some(Catch {
+                            how: format!("{} {splits:?}: {e}", case.name),
+                            gpu_error: false,
+                        });
                     }
                 }
                 Err(GpuError::Unsupported { .. }) => {}
-                Err(e) => return Some(format!("{} {splits:?}: {e}", case.name)),
+                Err(e) => {
+                    return Some(Catch {
+                        how: format!("{} {splits:?}: {e}", case.name),
+                        gpu_error: true,
+                    })
+                }
             }
         }
     }
@@ -241,13 +256,96 @@ fn mutant_variant(m: Mutant) -> Variant {
     }
 }
 
+/// Set in the child processes of the planted-defect tests: the (defect, path) pairs the child
+/// checks, as `defect:path` separated by commas.
+const MUTANT_CHILD_PAIRS: &str = "RELATTN_MUTANT_CHILD_PAIRS";
+
+/// A planted build's verdict from a child: Some(how it was caught, whether by a GPU error) or
+/// None (it survived every case).
+type Verdict = Option<(String, bool)>;
+
+/// Check the planted builds of `pairs` in child processes (this test binary, running test `test`
+/// with `MUTANT_CHILD_PAIRS` set, which calls `mutant_child`), so a defect that traps or faults
+/// ends only its child's CUDA: a child checks pairs in order and stops after a GPU error, and the
+/// next child takes the pairs left. Returns each pair's verdict, in order; panics if a child dies
+/// without giving one.
+fn check_in_children(test: &str, pairs: &[(Mutant, PathId)]) -> Vec<Verdict> {
+    let mut verdicts = Vec::new();
+    while verdicts.len() < pairs.len() {
+        let left = &pairs[verdicts.len()..];
+        let list: Vec<String> = left.iter().map(|(m, p)| format!("{m}:{p}")).collect();
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                test,
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(MUTANT_CHILD_PAIRS, list.join(","))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&child.stdout).into_owned();
+        let before = verdicts.len();
+        for line in stdout.lines() {
+            let Some(rest) = line.strip_prefix("VERDICT ") else {
+                continue;
+            };
+            let (m, p) = left[verdicts.len() - before];
+            let (tag, how) = rest.split_once(' ').unwrap_or((rest, ""));
+            assert!(
+                how.starts_with(&format!("{m} {p} ")),
+                "verdict out of order: {line}"
+            );
+            let how = how[format!("{m} {p} ").len()..].to_string();
+            verdicts.push(match tag {
+                "caught" => Some((how, false)),
+                "fault" => Some((how, true)),
+                _ => None,
+            });
+        }
+        assert!(
+            verdicts.len() > before,
+            "child for {} gave no verdict ({}):\n{stdout}{}",
+            list[0],
+            child.status,
+            String::from_utf8_lossy(&child.stderr)
+        );
+    }
+    verdicts
+}
+
+/// Child side of `check_in_children`: one `VERDICT` line per pair, until the pairs end or one is
+/// caught by a GPU error.
+fn mutant_child(pairs: &str) {
+    let gpu = Gpu::open(0).unwrap();
+    let cases = cases();
+    for pair in pairs.split(',') {
+        let (m, p) = pair.split_once(':').unwrap();
+        let (m, p): (Mutant, PathId) = (m.parse().unwrap(), p.parse().unwrap());
+        match first_catch(&gpu, mutant_variant(m), p, &cases) {
+            Some(c) => {
+                let tag = if c.gpu_error { "fault" } else { "caught" };
+                println!("VERDICT {tag} {m} {p} {}", c.how.replace('\n', " "));
+                if c.gpu_error {
+                    return;
+                }
+            }
+            None => println!("VERDICT survived {m} {p} "),
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn every_mutant_is_caught() {
-    let cases = cases();
+    if let Ok(pairs) = std::env::var(MUTANT_CHILD_PAIRS) {
+        return mutant_child(&pairs);
+    }
     let gpu = Gpu::open(0).unwrap();
     let arch = gpu.arch();
-    // The defect that only a trap reveals has its own test (a trap ends CUDA for the process).
+    // The defect that only a trap reveals has its own test.
     let mutants: Vec<Mutant> = Mutant::ALL
         .into_iter()
         .filter(|m| !m.needs_bounds_check())
@@ -259,51 +357,41 @@ fn every_mutant_is_caught() {
             .map(|&m| mutant_variant(m))
             .collect::<Vec<_>>(),
     );
+    let pairs: Vec<(Mutant, PathId)> = mutants
+        .iter()
+        .flat_map(|&m| m.paths().iter().map(move |&p| (m, p)))
+        .collect();
+    let verdicts = check_in_children("every_mutant_is_caught", &pairs);
     let mut survivors = Vec::new();
-    for m in mutants {
-        for &path in m.paths() {
-            match first_catch(&gpu, mutant_variant(m), path, &cases) {
-                Some(how) => println!("mutant {m:<20} {path:<13} caught: {how}"),
-                None => survivors.push(format!("{m} on {path} survived every case")),
-            }
+    for ((m, path), verdict) in pairs.iter().zip(verdicts) {
+        match verdict {
+            Some((how, _)) => println!("mutant {m:<20} {path:<13} caught: {how}"),
+            None => survivors.push(format!("{m} on {path} survived every case")),
         }
     }
     assert!(survivors.is_empty(), "{}", survivors.join("\n"));
 }
 
-/// Set in the child processes of `trapped_defect_is_caught`: the path the child checks.
-const TRAP_CHILD_PATH: &str = "RELATTN_TRAP_CHILD_PATH";
-
 /// The out-of-range rel_logits read changes no number: only the bounds-checked build sees it, as
-/// a trap. A trap ends CUDA for its process, so each path runs in a child process (this test
-/// binary, running this test with `RELATTN_TRAP_CHILD_PATH` set, which calls `trap_child`); this
-/// process must stay able to compute afterwards.
+/// a trap, in a child process per path (`check_in_children`); this process must stay able to
+/// compute afterwards.
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn trapped_defect_is_caught() {
-    if let Ok(path) = std::env::var(TRAP_CHILD_PATH) {
-        return trap_child(path.parse().unwrap());
+    if let Ok(pairs) = std::env::var(MUTANT_CHILD_PAIRS) {
+        return mutant_child(&pairs);
     }
     let m = Mutant::RelRowPastEnd;
+    let pairs: Vec<(Mutant, PathId)> = m.paths().iter().map(|&p| (m, p)).collect();
     let mut failures = Vec::new();
-    for &path in m.paths() {
-        let child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "trapped_defect_is_caught",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(TRAP_CHILD_PATH, path.as_str())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&child.stdout).into_owned()
-            + &String::from_utf8_lossy(&child.stderr);
-        match text.lines().find(|l| l.starts_with("TRAPPED")) {
-            Some(line) if child.status.success() => println!("mutant {m} {line}"),
-            _ => failures.push(format!("{m} on {path}: no trap\n{text}")),
+    for ((_, path), verdict) in pairs
+        .iter()
+        .zip(check_in_children("trapped_defect_is_caught", &pairs))
+    {
+        match verdict {
+            Some((how, true)) if how.contains("trapped") => println!("mutant {m} {path}: {how}"),
+            Some((how, _)) => failures.push(format!("{m} on {path}: caught without a trap: {how}")),
+            None => failures.push(format!("{m} on {path}: the out-of-range read was not seen")),
         }
     }
     let gpu = Gpu::open(0).unwrap();
@@ -313,26 +401,6 @@ fn trapped_defect_is_caught() {
     let run = run_path(&gpu, &loaded, &dp, PathId::ScoreMod, Splits::Policy).unwrap();
     judge(&cases[1], &run).unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// Child side of `trapped_defect_is_caught`: the bounds-checked build of `RelRowPastEnd` on
-/// `path` traps.
-fn trap_child(path: PathId) {
-    let gpu = Gpu::open(0).unwrap();
-    let how = first_catch(&gpu, mutant_variant(Mutant::RelRowPastEnd), path, &cases());
-    let how = how.unwrap_or_else(|| panic!("{path}: the out-of-range read was not seen"));
-    assert!(
-        how.contains("trapped"),
-        "{path}: caught without a trap: {how}"
-    );
-    println!("TRAPPED {path}: {how}");
-    // The trap is sticky for the process: reopening says so with a typed error.
-    match gpu.reopen() {
-        Err(GpuError::ContextLost { .. }) => {
-            println!("reopen after the trap: ContextLost, as documented")
-        }
-        other => println!("reopen after the trap: {other:?}"),
-    }
 }
 
 #[test]

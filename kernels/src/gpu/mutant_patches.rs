@@ -12,7 +12,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
                 from: r#"            check_index(rel_row + d, p.rel_size);
             b = to_f32(cu.at[-x]);
 "#,
-                to: r#"            b = ld_rel<T>(p, rel_row + min(max(d - 1, 0), E - 1));
+                to: r#"            b = ld_rel<T>(p, rel_row + min(max(d - 1, 0), clamp_i32(p.E) - 1));
 "#,
             },
             Patch {
@@ -58,7 +58,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
                 from: r#"            check_index(rel_row + d, p.rel_size);
             b = to_f32(cu.at[-x]);
 "#,
-                to: r#"            b = ld_rel<T>(p, rel_row + min(d, E - 1));
+                to: r#"            b = ld_rel<T>(p, rel_row + min(d, clamp_i32(p.E) - 1));
 "#,
             },
             Patch {
@@ -70,45 +70,31 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
             },
             Patch {
-                file: "query_bias.cuh",
-                from: r#"    const bool in_extent = d < E;
+                file: "params.cuh",
+                from: r#"    __device__ __forceinline__ bool in_extent(int d) const { return (unsigned)d < extent; }
 "#,
-                to: r#"    const bool in_extent = d <= E;
+                to: r#"    __device__ __forceinline__ bool in_extent(int d) const { return (unsigned)d <= extent; }
+"#,
+            },
+            Patch {
+                file: "params.cuh",
+                from: r#"    __device__ __forceinline__ bool in_extent(i64 d) const { return (unsigned long long)d < extent; }
+"#,
+                to: r#"    __device__ __forceinline__ bool in_extent(i64 d) const { return (unsigned long long)d <= extent; }
 "#,
             },
             Patch {
                 file: "decode.cuh",
                 from: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at));
 "#,
-                to: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at - (d == E ? 2 : 0)));
+                to: r#"    const unsigned b0 = rel_cell<T>(p, d, ld_shared_u16(at - (d == clamp_i32(p.E) ? 2 : 0)));
 "#,
             },
             Patch {
                 file: "decode.cuh",
                 from: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2));
 "#,
-                to: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2 - (d - 1 == E ? 2 : 0)));
-"#,
-            },
-            Patch {
-                file: "fallback.cu",
-                from: r#"        if (rel_ok && d >= 0 && d < E) {
-"#,
-                to: r#"        if (rel_ok && d >= 0 && d <= E) {
-"#,
-            },
-            Patch {
-                file: "score_mod.cu",
-                from: r#"        const bool in_extent = d >= 0 && d < E;
-"#,
-                to: r#"        const bool in_extent = d >= 0 && d <= E;
-"#,
-            },
-            Patch {
-                file: "sheared_bias.cu",
-                from: r#"            const bool in_extent = d >= 0 && d < p.E;
-"#,
-                to: r#"            const bool in_extent = d >= 0 && d <= p.E;
+                to: r#"    const unsigned b1 = rel_cell<T>(p, d - 1, ld_shared_u16(at - 2 - (d - 1 == clamp_i32(p.E) ? 2 : 0)));
 "#,
             },
         ],
@@ -176,31 +162,17 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::WindowStrict => &[
             Patch {
-                file: "query_bias.cuh",
-                from: r#"    const bool visible = (unsigned)d <= last;
+                file: "params.cuh",
+                from: r#"    __device__ __forceinline__ bool visible(int d) const { return (unsigned)d <= last; }
 "#,
-                to: r#"    const bool visible = (unsigned)d < last;
-"#,
-            },
-            Patch {
-                file: "fallback.cu",
-                from: r#"        const bool in_window = wl < 0 || d <= wl;
-"#,
-                to: r#"        const bool in_window = wl < 0 || d < wl;
+                to: r#"    __device__ __forceinline__ bool visible(int d) const { return (unsigned)d < last; }
 "#,
             },
             Patch {
-                file: "score_mod.cu",
-                from: r#"        const bool in_window = wl < 0 || d <= wl;
+                file: "params.cuh",
+                from: r#"    __device__ __forceinline__ bool visible(i64 d) const { return (unsigned long long)d <= last; }
 "#,
-                to: r#"        const bool in_window = wl < 0 || d < wl;
-"#,
-            },
-            Patch {
-                file: "sheared_bias.cu",
-                from: r#"            const bool in_window = !local || d <= p.window_left;
-"#,
-                to: r#"            const bool in_window = !local || d < p.window_left;
+                to: r#"    __device__ __forceinline__ bool visible(i64 d) const { return (unsigned long long)d < last; }
 "#,
             },
         ],
