@@ -4,7 +4,8 @@
 #include "query_block.cuh"
 #include "window_block.cuh"
 #include "decode.cuh"
-// The attention loops (part 3 of the shared device code, after cta.cuh), one concern a file:
+// The attention loops (the shared device code after the CTA's pieces: cta.cuh, ptx.cuh,
+// paged_kv.cuh, softmax.cuh), one concern a file:
 // query_bias.cuh (biases, scores, softmax rescale), products.cuh (mma.sync and wgmma),
 // query_block.cuh, window_block.cuh (sm_90a), decode.cuh (single-query and FMA CTAs); here the
 // dispatch between them.

@@ -1,6 +1,8 @@
 #pragma once
 #include "query_bias.cuh"
 #include "fma_loop.cuh"
+#include "paged_kv.cuh"
+#include "softmax.cuh"
 // Single-query CTAs (q_len 1): the streaming mma.sync decode loop with its staged bias, and the
 // fp32 FMA loop for groups of more than 16 heads.
 

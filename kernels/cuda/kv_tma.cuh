@@ -1,5 +1,5 @@
 #pragma once
-#include "cta.cuh"
+#include "paged_kv.cuh"
 #include "sm90.cuh"
 // Tensor copies of K and V tiles (ON: the sm_90a query blocks, when the launcher encoded the
 // cache's tensor maps, the view is 16-byte aligned and pages are powers of two of at least

@@ -1,5 +1,6 @@
 #pragma once
-#include "cta.cuh"
+#include "paged_kv.cuh"
+#include "softmax.cuh"
 #include "sm90.cuh"
 // How a query block multiplies: mma.sync on every SM80+ GPU, wgmma on sm_90a.
 

@@ -1,5 +1,7 @@
 #pragma once
 #include "cta.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
 // A query block's biases, scores and output: the bias of a key tile (gathered, or staged from
 // rel_logits in shared memory), scores into the log2 domain, the softmax's rescale, the
 // accumulators and the key tiles of a block. Used by the query blocks and the decode CTAs.

@@ -2,6 +2,8 @@
 #include "query_bias.cuh"
 #include "products.cuh"
 #include "kv_tma.cuh"
+#include "paged_kv.cuh"
+#include "softmax.cuh"
 // The query block: K/V tiles (by tensor copies on sm_90a), Q K^T, the bias, the online softmax,
 // P V, for a block of query rows of one request and KV head.
 

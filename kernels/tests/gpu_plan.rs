@@ -28,8 +28,9 @@ fn sources_include_only_the_project_headers() {
     }
     // Each file includes what it uses: a path's file the attention loops and the kernel entries
     // (sheared_bias the split combine too), the loops their parts (the query blocks' biases
-    // first), the parts the CTA (and the sm_90a instructions), the CTA and the other pieces the
-    // parameters, the parameters the basics.
+    // first), the parts the CTA's pieces (and the sm_90a instructions), the paged K/V copies and
+    // the per-tile pieces the CTA's geometry, the geometry, the instructions and the other pieces
+    // the parameters, the parameters the basics.
     for path in PathId::ALL {
         let text = own_file(path).1;
         assert!(text.starts_with("#include \"attention.cuh\"\n"));
@@ -45,11 +46,14 @@ fn sources_include_only_the_project_headers() {
         ("decode.cuh", "query_bias.cuh"),
         ("window_block.cuh", "query_block.cuh"),
         ("query_block.cuh", "query_bias.cuh"),
-        ("products.cuh", "cta.cuh"),
+        ("products.cuh", "paged_kv.cuh"),
         ("query_bias.cuh", "cta.cuh"),
         ("cta.cuh", "params.cuh"),
+        ("ptx.cuh", "params.cuh"),
+        ("paged_kv.cuh", "cta.cuh"),
+        ("softmax.cuh", "cta.cuh"),
         ("sm90.cuh", "params.cuh"),
-        ("kv_tma.cuh", "cta.cuh"),
+        ("kv_tma.cuh", "paged_kv.cuh"),
         ("fma_loop.cuh", "params.cuh"),
         ("combine.cuh", "params.cuh"),
         ("entry.cuh", "params.cuh"),
@@ -178,6 +182,9 @@ fn plan_options_follow_the_variant() {
                 "combine.cuh",
                 "entry.cuh",
                 "cta.cuh",
+                "ptx.cuh",
+                "paged_kv.cuh",
+                "softmax.cuh",
                 "sm90.cuh",
                 "query_bias.cuh",
                 "products.cuh",

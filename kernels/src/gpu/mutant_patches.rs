@@ -207,14 +207,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
         }],
         Mutant::SoftmaxReset => &[Patch {
-            file: "cta.cuh",
+            file: "softmax.cuh",
             from: r#"        alpha[r] = fast_exp2(drop);
 "#,
             to: r#"        alpha[r] = 0.f;
 "#,
         }],
         Mutant::RescaleClamped => &[Patch {
-            file: "cta.cuh",
+            file: "softmax.cuh",
             from: r#"        alpha[r] = fast_exp2(drop);
 "#,
             to: r#"        alpha[r] = fast_exp2(fmaxf(drop, -8.f));
@@ -244,14 +244,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
         }],
         Mutant::WritesPaddingRows => &[Patch {
-            file: "cta.cuh",
+            file: "softmax.cuh",
             from: r#"    if (!row.valid) return;
 "#,
             to: r#"    if (!row.in_block) return;
 "#,
         }],
         Mutant::Fp16NegInfBits => &[Patch {
-            file: "cta.cuh",
+            file: "ptx.cuh",
             from: r#"    static constexpr unsigned NEG_INF_BITS = 0xfc00u;
 "#,
             to: r#"    static constexpr unsigned NEG_INF_BITS = 0xff80u;
@@ -328,14 +328,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         }],
         Mutant::UnmaskedKeysLoaded => &[
             Patch {
-                file: "cta.cuh",
+                file: "paged_kv.cuh",
                 from: r#"                t.block[k] = (off + Rows::STEP * k < span) ? t.block0 : -1;
 "#,
                 to: r#"                t.block[k] = (true) ? t.block0 : -1;
 "#,
             },
             Patch {
-                file: "cta.cuh",
+                file: "paged_kv.cuh",
                 from: r#"            t.block[k] = in ? (int)ld_block(p, row0 + page) : -1;
 "#,
                 to: r#"            t.block[k] = true ? (int)ld_block(p, row0 + page) : -1;

@@ -1,8 +1,9 @@
 //! The CUDA C sources (real files under `kernels/cuda/`, embedded) and the names of their entries.
 //!
 //! One NVRTC program per path: the path's `.cu` file, which `#include`s the shared device code
-//! (`attention.cuh`, which includes its parts by concern, which include `cta.cuh`, which includes
-//! `params.cuh`, which includes `basics.cuh`), handed to NVRTC as in-memory headers. Entries are
+//! (`attention.cuh`, which includes its parts by concern, which include the CTA's pieces
+//! (`cta.cuh`, `ptx.cuh`, `paged_kv.cuh`, `softmax.cuh`), which include `params.cuh`, which
+//! includes `basics.cuh`), handed to NVRTC as in-memory headers. Entries are
 //! `extern "C"` kernels named `{path}_{stage}_{dtype}`.
 
 #![deny(unsafe_code)]
@@ -13,7 +14,8 @@ use relattn_reference::DType;
 
 /// The shared device code, in the order a program meets it: the basics (sizes, dtypes), the
 /// parameters and their loads, the FMA loop's pieces, the split combine, the kernel entries, the
-/// attention CTA's building blocks, the sm_90a instructions, then the attention loops (a file per
+/// attention CTA's building blocks (its geometry, the SM80+ instructions, the paged K/V copies,
+/// the per-tile fragments and softmax), the sm_90a instructions, then the attention loops (a file per
 /// concern: the query blocks' biases and softmax, the tensor-core products, the K/V tensor copies, the query block, the
 /// sm_90a windowed block, the single-query CTAs, then the dispatch).
 pub const CONSTANTS: &str = include_str!("../../cuda/constants.cuh");
@@ -23,6 +25,9 @@ pub const FMA_LOOP: &str = include_str!("../../cuda/fma_loop.cuh");
 pub const COMBINE: &str = include_str!("../../cuda/combine.cuh");
 pub const ENTRY: &str = include_str!("../../cuda/entry.cuh");
 pub const CTA: &str = include_str!("../../cuda/cta.cuh");
+pub const PTX: &str = include_str!("../../cuda/ptx.cuh");
+pub const PAGED_KV: &str = include_str!("../../cuda/paged_kv.cuh");
+pub const SOFTMAX: &str = include_str!("../../cuda/softmax.cuh");
 pub const SM90: &str = include_str!("../../cuda/sm90.cuh");
 pub const QUERY_BIAS: &str = include_str!("../../cuda/query_bias.cuh");
 pub const PRODUCTS: &str = include_str!("../../cuda/products.cuh");
@@ -31,7 +36,7 @@ pub const QUERY_BLOCK: &str = include_str!("../../cuda/query_block.cuh");
 pub const WINDOW_BLOCK: &str = include_str!("../../cuda/window_block.cuh");
 pub const DECODE: &str = include_str!("../../cuda/decode.cuh");
 pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
-pub const SHARED: [(&str, &str); 15] = [
+pub const SHARED: [(&str, &str); 18] = [
     ("constants.cuh", CONSTANTS),
     ("basics.cuh", BASICS),
     ("params.cuh", PARAMS),
@@ -39,6 +44,9 @@ pub const SHARED: [(&str, &str); 15] = [
     ("combine.cuh", COMBINE),
     ("entry.cuh", ENTRY),
     ("cta.cuh", CTA),
+    ("ptx.cuh", PTX),
+    ("paged_kv.cuh", PAGED_KV),
+    ("softmax.cuh", SOFTMAX),
     ("sm90.cuh", SM90),
     ("query_bias.cuh", QUERY_BIAS),
     ("products.cuh", PRODUCTS),
