@@ -97,6 +97,27 @@ fn list_time_ignores(ignored: Vec<(String, String)>) -> Result<(), Failed> {
     Ok(())
 }
 
+const MUTANTS_TRIAL: &str = "mutants::every_planted_defect_is_caught";
+
+/// `relattn mutants` on the `ci` tier: every planted defect on every path it touches is caught
+/// (each pair in a child process of its own, so a defect that traps ends only its child's CUDA).
+/// The binary is this build's, or `RELATTN_BIN` (as for the `ci/` scripts).
+fn every_planted_defect_is_caught() -> Result<Completion, Failed> {
+    let bin = std::env::var_os("RELATTN_BIN").unwrap_or(env!("CARGO_BIN_EXE_relattn").into());
+    let out = Command::new(bin)
+        .args(["mutants", "--matrix", "ci"])
+        .output()?;
+    if out.status.success() {
+        return Ok(Completion::Completed);
+    }
+    Err(Failed::from(format!(
+        "relattn mutants --matrix ci exited with {}:\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}
+
 fn main() -> ExitCode {
     let args = Arguments::from_args();
     let session = match SessionOptions::for_cargo_test().and_then(|o| Session::open(&o)) {
@@ -108,6 +129,13 @@ fn main() -> ExitCode {
     };
     let trials = session.trials.clone();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    // The planted defects (`relattn mutants`): each built into the kernels and caught by the
+    // `ci` tier, on this machine's GPU.
+    let mutants_ignore = (session.device_count() == 0)
+        .then(|| format!("planted defects need a usable GPU ({})", session.gpu_line()));
+    if let Some(reason) = &mutants_ignore {
+        reasons.insert(reason.clone(), 1);
+    }
     for t in &trials {
         if let Some(r) = &t.ignore {
             *reasons.entry(r.clone()).or_default() += 1;
@@ -131,10 +159,13 @@ fn main() -> ExitCode {
         .then(|| CaseCache::for_this_binary(option_env!("CARGO_TARGET_TMPDIR").map(Path::new)))
         .flatten();
     let store = Arc::new(CaseStore::for_trials(&trials).with_disk_cache(cache));
-    let ignored: Vec<(String, String)> = trials
+    let mut ignored: Vec<(String, String)> = trials
         .iter()
         .filter_map(|t| Some((t.name.clone(), t.ignore.clone()?)))
         .collect();
+    if let Some(reason) = &mutants_ignore {
+        ignored.push((MUTANTS_TRIAL.to_string(), reason.clone()));
+    }
     let mut tests: Vec<Trial> = vec![Trial::test("harness::list_time_ignores", move || {
         list_time_ignores(ignored)
     })];
@@ -157,5 +188,15 @@ fn main() -> ExitCode {
         })
         .with_ignored_flag(ignored)
     }));
+    tests.push(
+        Trial::ignorable_test(MUTANTS_TRIAL, {
+            let reason = mutants_ignore.clone();
+            move || match &reason {
+                Some(reason) => not_run(reason, nextest),
+                None => every_planted_defect_is_caught(),
+            }
+        })
+        .with_ignored_flag(mutants_ignore.is_some()),
+    );
     libtest_mimic::run(&args, tests).exit_code()
 }
