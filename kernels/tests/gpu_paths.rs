@@ -258,7 +258,7 @@ fn mutant_variant(m: Mutant) -> Variant {
     }
 }
 
-/// Set in the child processes of the planted-defect tests: the (defect, path) pairs the child
+/// Set in the child processes of `trapped_defect_is_caught`: the (defect, path) pairs the child
 /// checks, as `defect:path` separated by commas.
 const MUTANT_CHILD_PAIRS: &str = "RELATTN_MUTANT_CHILD_PAIRS";
 
