@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use case::{read_case, read_case_limited, write_case};
-pub use impl_out::{read_impl_output, write_impl_output};
+pub use impl_out::{read_impl_output, read_worker_output, write_impl_output};
 pub use output::{read_output, write_output};
 
 /// The format version this build writes and reads.

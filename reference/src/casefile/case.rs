@@ -1,6 +1,6 @@
 //! Case files: `write_case` and `read_case`.
 
-use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Reader};
+use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Links, Reader};
 use super::{CaseFile, CaseFileError, CaseMeta, FORMAT_VERSION};
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData};
@@ -102,7 +102,7 @@ pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
 /// in memory (as f32 and i32) must both be at most `limit`.
 pub fn read_case_limited(path: impl AsRef<Path>, limit: u64) -> Result<CaseFile, CaseFileError> {
     let path = path.as_ref();
-    let bytes = read_bytes(path, limit)?;
+    let bytes = read_bytes(path, limit, Links::Follow)?;
     let r = Reader::new(path, &bytes)?;
     let meta = read_meta(&r)?;
 

@@ -1,6 +1,6 @@
 //! Reference-output files: `write_output` and `read_output`.
 
-use super::tensors::{f64_tensor, float_tensor, i32_tensor, read_bytes, write_file, Reader};
+use super::tensors::{f64_tensor, float_tensor, i32_tensor, read_bytes, write_file, Links, Reader};
 use super::{CaseFileError, EmulatedOutput, OutputFile, FORMAT_VERSION};
 use crate::dtype::DType;
 use crate::limits::{check_bytes, max_case_bytes, Dim};
@@ -89,7 +89,7 @@ pub fn write_output(
 pub fn read_output(path: impl AsRef<Path>) -> Result<OutputFile, CaseFileError> {
     let path = path.as_ref();
     let limit = max_case_bytes();
-    let bytes = read_bytes(path, limit)?;
+    let bytes = read_bytes(path, limit, Links::Follow)?;
     let r = Reader::new(path, &bytes)?;
     let out = r.tensor("out", 3, "[N, H, D]")?;
     let lse = r.tensor("lse", 2, "[N, H]")?;

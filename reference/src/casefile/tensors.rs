@@ -106,19 +106,32 @@ pub(super) fn write_file(
     })
 }
 
-/// The whole file, refused before reading when it is larger than `limit` bytes.
-pub(super) fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, CaseFileError> {
+/// Whether a file's path may be a symbolic link: the user's own files may, files another
+/// process wrote (a worker's output) may not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Links {
+    Follow,
+    Refuse,
+}
+
+/// The whole file, refused before reading when it is not a regular file (a FIFO, a device, a
+/// directory) or larger than `limit` bytes, and read no further than `limit` bytes.
+pub(super) fn read_bytes(path: &Path, limit: u64, links: Links) -> Result<Vec<u8>, CaseFileError> {
     let io = |error| CaseFileError::Io {
         path: path.to_path_buf(),
         action: "cannot read",
         error,
     };
-    let len = std::fs::metadata(path).map_err(io)?.len();
+    let (file, len) = match links {
+        Links::Follow => crate::files::open_regular(path),
+        Links::Refuse => crate::files::open_regular_nofollow(path),
+    }
+    .map_err(io)?;
     check_bytes("the file", len, limit).map_err(|error| CaseFileError::Limit {
         path: path.to_path_buf(),
         error,
     })?;
-    std::fs::read(path).map_err(io)
+    crate::files::read_limited(file, limit).map_err(io)
 }
 
 /// A parsed file with checked accessors; every error names the file.
