@@ -52,9 +52,57 @@ pub fn failed(message: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
+/// The message of an error and its causes, `: `-separated, leaving out a cause whose text the
+/// message already holds (an I/O error quoted by its context would print twice otherwise).
+pub fn message_of(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 /// The exit code an error maps to.
 pub fn code_of(err: &anyhow::Error) -> Code {
     err.chain()
         .find_map(|e| e.downcast_ref::<ExitError>().map(|x| x.code))
         .unwrap_or(Code::Usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot write {path}: {source}")]
+    struct Quoting {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    }
+
+    /// A full disk once printed "No space left on device" twice: the context quoted its cause
+    /// and the chain printed the cause again.
+    #[test]
+    fn a_quoted_cause_is_printed_once() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let err = anyhow::Error::new(Quoting {
+            path: "out/cpu/results.jsonl",
+            source: io,
+        });
+        let text = message_of(&err);
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
+        let err = anyhow::Error::new(std::io::Error::from_raw_os_error(28)).context("writing x");
+        assert_eq!(
+            message_of(&err),
+            "writing x: No space left on device (os error 28)"
+        );
+    }
 }

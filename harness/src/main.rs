@@ -102,7 +102,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", exit::message_of(&err));
             ExitCode::from(exit::code_of(&err) as u8)
         }
     }

@@ -9,13 +9,19 @@ pub fn print(text: &str) -> io::Result<()> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("cannot write to standard output: {e}"),
+        )),
+        Ok(()) => Ok(()),
     }
 }
 
-/// For output printed with `print!` and `println!`, which panic on a broken pipe: such a panic
-/// ends the process quietly with 141 (128 + SIGPIPE, what a shell reports for a process killed
-/// by it) instead of printing a panic message. Every other panic keeps the default report.
+/// For output printed with `print!`, `println!` and `eprintln!`, which panic when a write
+/// fails: a broken pipe ends the process quietly with 141 (128 + SIGPIPE, what a shell reports
+/// for a process killed by it); any other write error (`> /dev/full`: no space left) ends it
+/// with one line on stderr, when stderr can still take it, and exit 2, never a panic message.
+/// Every other panic keeps the default report.
 pub fn exit_quietly_on_broken_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -27,6 +33,10 @@ pub fn exit_quietly_on_broken_pipe() {
             .unwrap_or("");
         if is_broken_pipe_panic(message) {
             std::process::exit(141);
+        }
+        if let Some(why) = message.strip_prefix("failed printing to ") {
+            let _ = writeln!(io::stderr(), "error: cannot write to {why}");
+            std::process::exit(2);
         }
         default(info);
     }));

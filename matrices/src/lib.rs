@@ -173,7 +173,9 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Matrix, MatrixError> {
         file: file.clone(),
         source,
     };
-    let bytes = std::fs::metadata(path).map_err(io)?.len();
+    // A regular file only (a FIFO would hang the read, a device never end it), read up to the
+    // limit.
+    let (handle, bytes) = relattn_reference::files::open_regular(path).map_err(io)?;
     if bytes > MAX_MATRIX_FILE_BYTES {
         return Err(MatrixError::FileTooLarge {
             file: file.clone(),
@@ -181,7 +183,13 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Matrix, MatrixError> {
             limit: MAX_MATRIX_FILE_BYTES,
         });
     }
-    let text = std::fs::read_to_string(path).map_err(io)?;
+    let raw = relattn_reference::files::read_limited(handle, MAX_MATRIX_FILE_BYTES).map_err(io)?;
+    let text = String::from_utf8(raw).map_err(|e| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            e.utf8_error(),
+        ))
+    })?;
     let stem = path
         .file_stem()
         .map_or(file.clone(), |s| s.to_string_lossy().into_owned());

@@ -64,9 +64,16 @@ impl Element {
         }
     }
 
-    /// How much of its bound the error uses (above 1 fails).
+    /// How much of its bound the error uses (above 1 fails; NaN when the bound or the
+    /// reference is NaN, which fails too).
     pub fn ratio(&self) -> f64 {
         self.error() / self.bound
+    }
+
+    /// Whether the error is within the bound. Fails closed: a NaN bound or a NaN reference
+    /// holds nothing (every comparison with NaN is false, so `error > bound` would pass it).
+    pub fn within(&self) -> bool {
+        self.error() <= self.bound
     }
 }
 
@@ -81,7 +88,7 @@ pub struct RuleOutcome {
 
 impl RuleOutcome {
     fn note(&mut self, e: Element) {
-        if e.error() > e.bound {
+        if !e.within() {
             self.over += 1;
         }
         if self.worst.is_none_or(|w| e.ratio() > w.ratio()) {
@@ -111,6 +118,10 @@ pub struct Verdict {
     /// Real output elements that are NaN or infinite, and the first of them as `(t, h, c)`.
     pub non_finite: usize,
     pub first_non_finite: Option<(usize, usize, usize)>,
+    /// Judged elements whose reference (`ref64` or `ref_lp`) is NaN or infinite, and the first
+    /// as `(t, h, c)`: the case's inputs were not finite there, so nothing can pass.
+    pub reference_non_finite: usize,
+    pub first_reference_non_finite: Option<(usize, usize, usize)>,
     pub padding_intact: bool,
     pub counters_left: usize,
     /// Rule (a): every element against the one bound `rtol * max|ref_lp - ref64| + atol`.
@@ -164,10 +175,16 @@ pub fn judge(
         .filter(|&k| ref64.row(k) < problem.real_rows())
         .collect();
     let mut lp_err = 0f64;
+    let (mut reference_non_finite, mut first_reference_non_finite) = (0usize, None);
     for &k in &judged {
         for hh in 0..h {
             for c in 0..d {
-                let e = (ref_lp.out[[k, hh, c]] - ref64.out[[k, hh, c]]).abs();
+                let (r64, rlp) = (ref64.out[[k, hh, c]], ref_lp.out[[k, hh, c]]);
+                if !r64.is_finite() || !rlp.is_finite() {
+                    reference_non_finite += 1;
+                    first_reference_non_finite.get_or_insert((ref64.row(k), hh, c));
+                }
+                let e = (rlp - r64).abs();
                 if e > lp_err || e.is_nan() {
                     lp_err = e;
                 }
@@ -199,10 +216,10 @@ pub fn judge(
                 sum_d2 += diff * diff;
                 sum_r2 += reference * reference;
                 n += 1;
-                if diff > a.bound {
+                if !a.within() {
                     first_a.get_or_insert((t, hh, c));
                 }
-                if diff > b.bound {
+                if !b.within() {
                     first_b.get_or_insert((t, hh, c));
                 }
                 rule_a.note(a);
@@ -214,6 +231,7 @@ pub fn judge(
     let worst_b = rule_b.worst.map_or(0.0, |e| e.ratio());
     // The first bad element: a non-finite one, else the first over rule (b), else over rule (a).
     let first_bad = first_non_finite
+        .or(first_reference_non_finite)
         .or(first_b)
         .or(first_a)
         .map(|(t, hh, c)| format!("{t}:{hh}:{c}"));
@@ -233,6 +251,8 @@ pub fn judge(
         sampled: ref64.rows.is_some(),
         non_finite,
         first_non_finite,
+        reference_non_finite,
+        first_reference_non_finite,
         padding_intact,
         counters_left,
         rule_a,
@@ -240,6 +260,8 @@ pub fn judge(
         reason: String::new(),
     };
     verdict.pass = non_finite == 0
+        && reference_non_finite == 0
+        && bound.is_finite()
         && padding_intact
         && counters_left == 0
         && rule_a.over == 0
@@ -377,6 +399,66 @@ mod tests {
         assert!(!v.pass);
         assert_eq!((v.rule_a.over, v.rule_b.over), (1, 0));
         assert!(v.reason.contains("rule (b) holds"), "{}", v.reason);
+    }
+
+    /// A NaN in a real input makes the reference NaN, the bound NaN and every comparison with
+    /// NaN false: an output of 12345s must still fail, and say why.
+    #[test]
+    fn a_nan_reference_fails_every_output() {
+        let (p, r) = setup();
+        let mut nan = r.clone();
+        nan.out.index_axis_mut(ndarray::Axis(0), 1).fill(f64::NAN);
+        let mut out = Array3::from_elem((4, 2, 4), 12345f32);
+        out.index_axis_mut(ndarray::Axis(0), 3).fill(f32::NAN);
+        let v = judge(&p, &out, &nan, &nan, &tolerance(), true, 0);
+        assert!(!v.pass);
+        assert!(v.bound.is_nan());
+        assert_eq!(v.reference_non_finite, 2 * 4);
+        assert!(
+            v.reason.starts_with(
+                "the reference is NaN/inf at 8 judged elements, the first at request 0, \
+                 position 1, head 0, dim 0 (row 1)"
+            ),
+            "{}",
+            v.reason
+        );
+        assert!(v.reason.contains("rule (a) fails"), "{}", v.reason);
+    }
+
+    proptest::proptest! {
+        /// No output passes when the reference (ref64 or the emulation) of a real element is
+        /// NaN or infinite, whatever the output: the reference itself, its f32 copy, the bad
+        /// value, or any offset of it.
+        #[test]
+        fn no_output_passes_a_non_finite_reference(
+            k in 0usize..24,
+            bad in proptest::prop_oneof![
+                proptest::strategy::Just(f64::NAN),
+                proptest::strategy::Just(f64::INFINITY),
+                proptest::strategy::Just(f64::NEG_INFINITY),
+            ],
+            in_emulation: bool,
+            out_kind in 0u8..3,
+            offset in -1.0f32..1.0,
+        ) {
+            let (p, r) = setup();
+            let (t, hh, c) = (k / 8, (k / 4) % 2, k % 4);
+            let (mut r64, mut lp) = (r.clone(), r.clone());
+            if in_emulation {
+                lp.out[[t, hh, c]] = bad;
+            } else {
+                r64.out[[t, hh, c]] = bad;
+            }
+            let mut out = match out_kind {
+                0 => as_f32(&r64),
+                1 => as_f32(&r).mapv(|x| x + offset),
+                _ => Array3::from_elem((4, 2, 4), offset),
+            };
+            out.index_axis_mut(ndarray::Axis(0), 3).fill(f32::NAN);
+            let v = judge(&p, &out, &r64, &lp, &tolerance(), true, 0);
+            proptest::prop_assert!(!v.pass, "passed: {}", describe(&p, &v));
+            proptest::prop_assert_eq!(v.first_reference_non_finite, Some((t, hh, c)));
+        }
     }
 
     /// Rows are located in their request: row 2 is position 0 of request 1. When the two rules'

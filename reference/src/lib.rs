@@ -2,7 +2,7 @@
 //!
 //! `Problem` holds validated inputs, `BatchShape` the lengths every crate reads; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
-//! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `limits`
+//! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `finite` tells whether a case's inputs are finite where real rows read them; `limits`
 //! holds the size limits of every input and `files` the one way files are written; `judge` is
 //! SPEC section 6's judge of a GPU output, with its tolerance type and each dtype's defaults.
 #![deny(unsafe_code)]
@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod emulate;
 pub mod fast;
 pub mod files;
+pub mod finite;
 pub mod gen;
 pub mod judge;
 pub mod limits;

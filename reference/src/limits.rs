@@ -230,27 +230,51 @@ fn limit_origin(limit: u64) -> String {
     }
 }
 
-/// The machine's memory and where the figure comes from: `MemTotal` of /proc/meminfo, or the
-/// cgroup's `memory.max` when that is lower (containers), or [`FALLBACK_MEMORY_BYTES`].
+/// The memory this process may use and where the figure comes from: the lowest of `MemTotal`
+/// of /proc/meminfo, the cgroup's `memory.max` (containers) and this process's address-space
+/// limit (`ulimit -v`, RLIMIT_AS, read from /proc/self/limits), or [`FALLBACK_MEMORY_BYTES`]
+/// when none can be read.
 pub fn memory_bytes() -> (u64, &'static str) {
     static MEMORY: OnceLock<(u64, &'static str)> = OnceLock::new();
     *MEMORY.get_or_init(|| {
-        let total = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|text| mem_total(&text));
-        let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-            .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok());
-        match (total, cgroup) {
-            (Some(t), Some(c)) if c < t => (c, "the cgroup's memory.max"),
-            (Some(t), _) => (t, "the machine's memory"),
-            (None, Some(c)) => (c, "the cgroup's memory.max"),
-            (None, None) => (
-                FALLBACK_MEMORY_BYTES,
-                "memory assumed, /proc/meminfo unreadable",
-            ),
-        }
+        let read = |path| std::fs::read_to_string(path).ok();
+        let total = read("/proc/meminfo").and_then(|text| mem_total(&text));
+        let cgroup = read("/sys/fs/cgroup/memory.max").and_then(|text| text.trim().parse().ok());
+        let address_space = read("/proc/self/limits").and_then(|text| address_space_limit(&text));
+        lowest_memory(total, cgroup, address_space)
     })
+}
+
+/// The lowest of the figures that are known, named.
+fn lowest_memory(
+    total: Option<u64>,
+    cgroup: Option<u64>,
+    address_space: Option<u64>,
+) -> (u64, &'static str) {
+    [
+        (total, "the machine's memory"),
+        (cgroup, "the cgroup's memory.max"),
+        (address_space, "the address-space limit (ulimit -v)"),
+    ]
+    .into_iter()
+    .filter_map(|(bytes, source)| Some((bytes?, source)))
+    .min_by_key(|&(bytes, _)| bytes)
+    .unwrap_or((
+        FALLBACK_MEMORY_BYTES,
+        "memory assumed, /proc/meminfo unreadable",
+    ))
+}
+
+/// The soft `Max address space` of /proc/self/limits text, in bytes (None: unlimited).
+fn address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    line["Max address space".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `MemTotal` of /proc/meminfo text, in bytes.
@@ -263,6 +287,32 @@ fn mem_total(meminfo: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lowest_memory_figure_wins_and_ulimit_v_counts() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max cpu time              unlimited            unlimited            seconds\n\
+                      Max address space         2048000000           unlimited            bytes\n";
+        assert_eq!(address_space_limit(limits), Some(2_048_000_000));
+        let unlimited = limits.replace("2048000000", "unlimited ");
+        assert_eq!(address_space_limit(&unlimited), None);
+        assert_eq!(
+            lowest_memory(Some(24 << 30), None, Some(2 << 30)),
+            (2 << 30, "the address-space limit (ulimit -v)")
+        );
+        assert_eq!(
+            lowest_memory(Some(24 << 30), Some(8 << 30), None),
+            (8 << 30, "the cgroup's memory.max")
+        );
+        assert_eq!(lowest_memory(None, None, None).0, FALLBACK_MEMORY_BYTES);
+        // This process's own figure is one of them, and never above the machine's memory.
+        let own = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| mem_total(&t));
+        if let Some(total) = own {
+            assert!(memory_bytes().0 <= total);
+        }
+    }
 
     #[test]
     fn ranges_hold_at_their_edges() {

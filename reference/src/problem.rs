@@ -242,6 +242,19 @@ pub enum ProblemError {
     WindowLeft(i64),
     #[error("softmax_scale = {0} is not finite")]
     Scale(f64),
+    /// A NaN or infinity where a real row reads (`finite::check_finite_inputs`).
+    #[error(
+        "{tensor}{index:?} = {value}, read by {reader}: inputs must be finite wherever a real row \
+         reads them (the reference would be NaN there and no verdict could mean anything); only \
+         padding rows, pages no request reads and bias cells past the visible distances may hold \
+         NaN"
+    )]
+    NonFinite {
+        tensor: &'static str,
+        index: Vec<usize>,
+        value: f32,
+        reader: String,
+    },
     /// A dimension out of the operator's range, or a case over the case-byte limit.
     #[error(transparent)]
     Limit(#[from] crate::limits::LimitError),

@@ -182,15 +182,9 @@ pub fn run_with(
 /// A table `--json` wrote, refused past the report-file size limit.
 fn read_json(path: &Path) -> anyhow::Result<BenchReport> {
     let bad = |why: String| usage(format!("--from-json {}: {why}", path.display()));
-    let bytes = std::fs::metadata(path)
-        .map_err(|e| bad(e.to_string()))?
-        .len();
-    if bytes > MAX_REPORT_FILE_BYTES {
-        return Err(bad(format!(
-            "{bytes} bytes, more than a report file may have ({MAX_REPORT_FILE_BYTES})"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    // A regular file only, read up to the limit (a FIFO or a device is refused, not read).
+    let text = relattn_reference::files::read_regular_text(path, MAX_REPORT_FILE_BYTES)
+        .map_err(|e| bad(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| {
         bad(format!(
             "not a table written by `relattn bench --json`: {e}"

@@ -7,19 +7,26 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Repetitions of each measurement; the best is kept.
+    /// Repetitions of each measurement, 1 to 100 (each takes about a second); the best is kept.
     #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    pub reps: u64,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
+/// Most repetitions `--reps` takes.
+const MAX_REPS: u64 = 100;
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.reps == 0 {
-        return Err(crate::exit::usage("--reps must be at least 1"));
+    // Bounded: 18446744073709551615 repetitions would run for ever.
+    if !(1..=MAX_REPS).contains(&args.reps) {
+        return Err(crate::exit::usage(format!(
+            "--reps {}: expected 1 to {MAX_REPS} repetitions",
+            args.reps
+        )));
     }
-    let r = bench_reference(args.reps);
+    let r = bench_reference(args.reps as usize);
     println!("case: {} (best of {})", r.case, r.reps);
     println!("{:<34} {:>10} {:>10}", "measurement", "seconds", "GFLOP/s");
     println!(

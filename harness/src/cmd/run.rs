@@ -85,7 +85,8 @@ pub struct Args {
     pub processes: usize,
 }
 
-/// Set by the first SIGINT: no trial starts after it; the run writes an INCOMPLETE report.
+/// Set by the first SIGINT, SIGTERM or SIGHUP: no trial starts after it; the run writes an
+/// INCOMPLETE report.
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Threads judging the GPU runs of each device thread.
@@ -95,8 +96,12 @@ fn stopping() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-/// SIGINT stops the run after the trials in flight; a second one ends the process at once.
-fn handle_sigint() {
+/// SIGINT (Ctrl-C), SIGTERM (a CI runner's timeout or cancel) and SIGHUP (a closed terminal)
+/// stop the run after the trials in flight and leave an INCOMPLETE report that `--resume`
+/// continues; a second one ends the process at once (workers and their temporary files
+/// included). Workers run in process groups of their own, so a terminal's Ctrl-C reaches this
+/// process alone and the trials in flight finish.
+fn handle_signals() {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
         let installed = ctrlc::set_handler(|| {
@@ -105,18 +110,21 @@ fn handle_sigint() {
                 std::process::exit(130);
             }
             eprintln!(
-                "relattn run: interrupted: finishing the trials in flight, then writing an \
-                 INCOMPLETE report (interrupt again to stop at once)"
+                "relattn run: interrupted (SIGINT, SIGTERM or SIGHUP): finishing the trials in \
+                 flight, then writing an INCOMPLETE report (interrupt again to stop at once)"
             );
         });
         if let Err(e) = installed {
-            eprintln!("relattn run: cannot handle SIGINT ({e}); an interrupt ends the run at once");
+            eprintln!(
+                "relattn run: cannot handle SIGINT, SIGTERM and SIGHUP ({e}); an interrupt ends \
+                 the run at once"
+            );
         }
     });
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    handle_sigint();
+    handle_signals();
     share_machine(args.processes)?;
     let libs = crate::gpu_exec::libraries_present();
     let factory = factory(&args);
@@ -222,7 +230,8 @@ pub fn run_with(
     let identity = run_identity(&session, &args);
     env.extra.insert(IDENTITY_KEY.into(), identity.clone());
     let arch_dir = args.out.join(&arch);
-    let has_report = ["results.jsonl", "summary.json"]
+    // Any file `report show` reads as a report counts (a CSV-only report too): never overwritten.
+    let has_report = ["results.jsonl", "summary.json", "results.csv"]
         .iter()
         .any(|f| arch_dir.join(f).is_file());
     let (mut writer, done) = if has_report && args.resume {

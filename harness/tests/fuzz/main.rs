@@ -14,6 +14,8 @@
 mod bounded;
 mod cases;
 mod command_lines;
+mod files;
 mod matrices;
+mod processes;
 mod reports;
 mod run;

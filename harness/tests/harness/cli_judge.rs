@@ -279,3 +279,55 @@ fn bad_output_files_exit_2_with_one_message() {
     let out = judge(&path("garbage.safetensors"), &file, &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// A case whose real `q` row holds one NaN makes a NaN reference, against which every
+/// comparison is false: once, `judge` printed PASS for an output of 12345s. Such a case is
+/// invalid input for every command that reads it: exit 2 naming the tensor and index, before
+/// any judging.
+#[test]
+fn a_case_with_a_non_finite_real_input_is_refused_before_judging() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, problem) = gen_case(dir.path(), &mixed_case().id);
+    let mut data = problem.clone().into_data();
+    data.q[[1, 2, 3]] = f32::NAN;
+    let bad = Problem::new(data).unwrap();
+    let bad_file = dir.path().join("nan_q.safetensors");
+    relattn_reference::casefile::write_case(
+        &bad_file,
+        &bad,
+        &relattn_reference::casefile::CaseMeta::of(&bad),
+    )
+    .unwrap();
+    let mut garbage = Array3::from_elem(
+        (problem.total_rows(), problem.num_heads, problem.head_dim),
+        12345f32,
+    );
+    for t in problem.real_rows()..problem.total_rows() {
+        garbage.index_axis_mut(ndarray::Axis(0), t).fill(f32::NAN);
+    }
+    let output = dir.path().join("garbage.safetensors");
+    write_impl_output(&output, &garbage).unwrap();
+    let out = judge(&bad_file, &output, &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("q[1, 2, 3] = NaN, read by row 1, position 0 of request 1"),
+        "{err}"
+    );
+    assert!(!text(&out.stdout).contains("PASS"), "{}", text(&out.stdout));
+    assert!(!err.contains("panicked"), "{err}");
+    // The same case file for the reference command: refused the same way.
+    let written = dir.path().join("ref.safetensors");
+    let out = relattn(&[
+        "reference",
+        "--input",
+        s(&bad_file),
+        "--output",
+        s(&written),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!written.exists());
+    // The finite case still judges the garbage as a failure (exit 1).
+    let out = judge(&file, &output, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+}

@@ -331,8 +331,14 @@ fn bad_gen_parameters_exit_2(#[case] args: &[&str], #[case] mentions: &[&str]) {
     assert!(!case.exists(), "relattn {full:?} wrote a file");
 }
 
-#[test]
-fn bench_reference_rejects_zero_reps() {
-    let line = one_line_error(&["bench-reference", "--reps", "0"]);
+/// Zero repetitions, and so many that the command would run for ever, are usage errors.
+#[rstest]
+#[case("0")]
+#[case("101")]
+#[case("18446744073709551615")]
+fn bench_reference_rejects_reps_out_of_range(#[case] reps: &str) {
+    let started = std::time::Instant::now();
+    let line = one_line_error(&["bench-reference", "--reps", reps]);
     assert!(line.contains("--reps"), "{line}");
+    assert!(started.elapsed().as_secs() < 10);
 }

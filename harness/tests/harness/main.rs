@@ -11,6 +11,7 @@ mod ci_config;
 mod cli_bench;
 mod cli_exec;
 mod cli_judge;
+mod cli_limits;
 mod cli_matrix;
 mod cli_reference;
 mod cli_report;

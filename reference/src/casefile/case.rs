@@ -93,7 +93,8 @@ pub fn write_case(
 
 /// Read and validate a case file, under the case-byte limit in force
 /// (`limits::max_case_bytes`). The caches are placed in a buffer of the layout the file's
-/// `cache_layout` asks for (contiguous when absent).
+/// `cache_layout` asks for (contiguous when absent). A case with a NaN or infinity where a real
+/// row reads is refused (`finite::check_finite_inputs`).
 pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
     read_case_limited(path, max_case_bytes())
 }
@@ -215,10 +216,12 @@ pub fn read_case_limited(path: impl AsRef<Path>, limit: u64) -> Result<CaseFile,
         seqused_k: r.i32s("seqused_k", &seqused_k)?,
         cu_seqlens_q: r.i32s("cu_seqlens_q", &cu_seqlens_q)?,
     };
-    let problem = Problem::new(data).map_err(|error| CaseFileError::Problem {
-        path: r.path(),
-        error,
-    })?;
+    let problem = Problem::new(data)
+        .and_then(|p| crate::finite::check_finite_inputs(&p).map(|()| p))
+        .map_err(|error| CaseFileError::Problem {
+            path: r.path(),
+            error,
+        })?;
     Ok(CaseFile { problem, meta })
 }
 

@@ -19,6 +19,18 @@ pub fn describe(problem: &Problem, v: &Verdict) -> String {
             v.non_finite
         ));
     }
+    if v.reference_non_finite > 0 {
+        let first = v
+            .first_reference_non_finite
+            .map_or(String::new(), |(t, h, c)| {
+                format!(", the first at {}", location(problem, t, h, c))
+            });
+        parts.push(format!(
+            "the reference is NaN/inf at {} judged elements{first}: the case's inputs are not \
+             finite where real rows read them, so no output can pass",
+            v.reference_non_finite
+        ));
+    }
     if !v.padding_intact {
         parts.push("padding rows were modified".to_string());
     }

@@ -1,0 +1,152 @@
+//! Runs against each other and against signals: two runs started together into one `--out`
+//! (the lock race), and SIGTERM, SIGHUP and SIGINT in the middle of a run. A report is never
+//! corrupted, a run never takes over a live lock, and a stopped run leaves an INCOMPLETE report
+//! that `--resume` completes, no lock held and no temporary files.
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Rounds of the lock race (`RELATTN_FUZZ_LOCK_ROUNDS`, default 50).
+fn rounds() -> usize {
+    std::env::var("RELATTN_FUZZ_LOCK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
+}
+
+fn start(args: &[&str], tmp: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("relattn starts")
+}
+
+/// Wait for `child` at most `limit`; a child still running then is killed and reported.
+fn finish(child: Child, limit: Duration) -> Output {
+    let pid = child.id();
+    let guard = std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(50));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    });
+    let out = child.wait_with_output().expect("wait for relattn");
+    let _ = guard.join();
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// One case of the smoke tier: a run of about half a second.
+const ONE_CASE: [&str; 5] = ["run", "--matrix", "smoke", "--case", "c97f5ebf67d"];
+
+#[test]
+fn of_two_runs_into_one_out_one_writes_and_the_report_stays_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let (mut in_use, mut held) = (0, 0);
+    for round in 0..rounds() {
+        let out = dir.path().join(format!("out{round}"));
+        let out_s = out.to_string_lossy().into_owned();
+        let mut args = ONE_CASE.to_vec();
+        args.extend(["--out", &out_s]);
+        let a = start(&args, dir.path());
+        let b = start(&args, dir.path());
+        let outs = [a, b].map(|c| finish(c, Duration::from_secs(60)));
+        let mut codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+        codes.sort();
+        let stderr: Vec<String> = outs.iter().map(|o| text(&o.stderr)).collect();
+        assert_eq!(codes, [Some(0), Some(2)], "round {round}: {stderr:#?}");
+        let refused = stderr.iter().find(|e| e.contains("error:")).unwrap();
+        if refused.contains("in use by another relattn run") {
+            in_use += 1;
+        } else {
+            assert!(refused.contains("already holds a report"), "{refused}");
+            held += 1;
+        }
+        assert!(
+            stderr.iter().all(|e| !e.contains("panicked")),
+            "{stderr:#?}"
+        );
+        let show = Command::new(env!("CARGO_BIN_EXE_relattn"))
+            .args(["report", "show", &out_s])
+            .output()
+            .unwrap();
+        assert_eq!(
+            show.status.code(),
+            Some(0),
+            "round {round}: {}",
+            text(&show.stderr)
+        );
+        assert!(!out.join("relattn.lock").exists(), "round {round}");
+    }
+    eprintln!(
+        "fuzz lock race: {} rounds of two runs into one --out: each time one exit 0 and one exit \
+         2 ({in_use} refused as in use, {held} as already holding a report), every report readable, \
+         no lock left; {:.1} s",
+        rounds(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// SIGTERM (a CI runner's timeout), SIGHUP (a closed terminal) and SIGINT in the middle of a
+/// run: the trials in flight finish, the report is INCOMPLETE (exit 1), no lock is left, no
+/// worker folder is left in TMPDIR, and `--resume` completes the report.
+#[test]
+fn a_signal_mid_run_leaves_an_incomplete_report_that_resume_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    for (signal, resume) in [
+        (Signal::SIGTERM, true),
+        (Signal::SIGHUP, false),
+        (Signal::SIGINT, false),
+    ] {
+        let out = dir.path().join(format!("{signal}"));
+        let out_s = out.to_string_lossy().into_owned();
+        let args = [
+            "run", "--matrix", "smoke", "--impl", "numpy", "--out", &out_s,
+        ];
+        let child = start(&args, &tmp);
+        let rows = out.join("cpu/results.jsonl");
+        let waited = Instant::now();
+        while std::fs::metadata(&rows).map_or(0, |m| m.len()) == 0 {
+            assert!(waited.elapsed() < Duration::from_secs(60), "no row written");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let ended = finish(child, Duration::from_secs(60));
+        let err = text(&ended.stderr);
+        assert_eq!(ended.status.code(), Some(1), "{signal}: {err}");
+        assert!(err.contains("INCOMPLETE"), "{signal}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.join("relattn.lock").exists(), "{signal}");
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{signal} left {left:?} in TMPDIR");
+        let summary = std::fs::read_to_string(out.join("cpu/summary.md")).unwrap();
+        assert!(summary.contains("INCOMPLETE"), "{signal}");
+        if resume {
+            let mut again = args.to_vec();
+            again.push("--resume");
+            let done = finish(start(&again, &tmp), Duration::from_secs(120));
+            assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+            let summary = std::fs::read_to_string(out.join("cpu/summary.md")).unwrap();
+            assert!(!summary.contains("INCOMPLETE"));
+        }
+        eprintln!("fuzz signals: {signal} mid-run: exit 1, INCOMPLETE report, no lock, no temporary files");
+    }
+}
