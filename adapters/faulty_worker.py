@@ -33,9 +33,10 @@ comma-separated list of substrings; empty items are ignored):
 and, for the whole process:
 
   RELATTN_FAULTY_PROTOCOL=N   answer hello with protocol N (relattn must refuse N != 1)
-  RELATTN_FAULTY_HELLO=dup_paths | many_paths | control
-                              hello lists path `faulty` twice; lists 100,000 paths; or has
-                              terminal control sequences in its version
+  RELATTN_FAULTY_HELLO=dup_paths | many_paths | paths:N | control
+                              hello lists path `faulty` twice; lists 100,000 paths; lists N
+                              paths (p0, p1, ...); or has terminal control sequences in its
+                              version
 
 The modes are checked in the order above; the first that matches decides.
 
@@ -91,6 +92,8 @@ class FaultyWorker(Worker):
             self.paths = ["faulty", "faulty"]
         elif hello == "many_paths":
             self.paths = [f"p{i}" for i in range(100_000)]
+        elif hello.startswith("paths:"):
+            self.paths = [f"p{i}" for i in range(int(hello[len("paths:"):]))]
         elif hello == "control":
             self.version = "1.0" + CONTROL_TEXT
         self.out_fault = None
@@ -143,7 +146,7 @@ class FaultyWorker(Worker):
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             pidfile = os.environ.get("RELATTN_FAULTY_PIDFILE")
             if pidfile:
-                with open(pidfile, "w") as f:
+                with open(pidfile, "a") as f:
                     f.write(f"{child.pid}\n")
         self.out_fault = mode if mode in ("FIFO", "LINK", "DEVZERO") else None
 

@@ -179,7 +179,7 @@ class Faulty(TempDir):
         w.ask(HELLO)
         self.assertTrue(w.ask(self.run_trial("x::fork::1"))["ok"])
         with open(pidfile) as f:
-            child = int(f.read())
+            child = int(f.read().split()[-1])
         os.kill(child, 0)  # alive
         w.send(self.run_trial("x::kill::1"))
         self.assertIsNone(w.line())

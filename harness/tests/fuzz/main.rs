@@ -17,3 +17,4 @@ mod command_lines;
 mod matrices;
 mod reports;
 mod run;
+mod workers;
