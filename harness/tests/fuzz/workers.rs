@@ -69,6 +69,9 @@ struct Fault {
     rows: Rows,
     /// Text relattn's stderr must hold.
     stderr: &'static str,
+    /// `--worker-timeout-s`: long enough for a worker to start on a loaded machine, except
+    /// where the fault is the timeout.
+    timeout_s: &'static str,
 }
 
 const ALL_ERROR: &str = "impl::";
@@ -80,6 +83,7 @@ const FAULTS: [Fault; 15] = [
         code: 1,
         rows: &[(ALL_ERROR, "error", "is a FIFO, not a regular file")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "out_link_outside",
@@ -87,6 +91,7 @@ const FAULTS: [Fault; 15] = [
         code: 1,
         rows: &[(ALL_ERROR, "error", "symbolic link, not a regular file")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "out_link_dev_zero",
@@ -94,6 +99,7 @@ const FAULTS: [Fault; 15] = [
         code: 1,
         rows: &[(ALL_ERROR, "error", "symbolic link, not a regular file")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "answer_twice",
@@ -101,6 +107,7 @@ const FAULTS: [Fault; 15] = [
         code: 0,
         rows: &[(ALL_ERROR, "pass", "")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "ms_negative",
@@ -112,6 +119,7 @@ const FAULTS: [Fault; 15] = [
             "`ms` must be null, a time or a list of times",
         )],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "ms_huge",
@@ -119,6 +127,7 @@ const FAULTS: [Fault; 15] = [
         code: 1,
         rows: &[(ALL_ERROR, "error", "each finite, from 0 to 3600000")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "num_splits_huge",
@@ -130,6 +139,7 @@ const FAULTS: [Fault; 15] = [
             "`num_splits` must be the split count used (an integer from 1 to 2147483647)",
         )],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "control_characters",
@@ -137,6 +147,7 @@ const FAULTS: [Fault; 15] = [
         code: 1,
         rows: &[(ALL_ERROR, "error", "planted\\x1b[2J\\x1b[31mred")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "hello_control_characters",
@@ -144,6 +155,7 @@ const FAULTS: [Fault; 15] = [
         code: 0,
         rows: &[(ALL_ERROR, "pass", "")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "hello_duplicate_paths",
@@ -151,6 +163,7 @@ const FAULTS: [Fault; 15] = [
         code: 2,
         rows: &[],
         stderr: "hello lists path `faulty` twice",
+        timeout_s: "20",
     },
     Fault {
         name: "hello_100000_paths",
@@ -158,6 +171,7 @@ const FAULTS: [Fault; 15] = [
         code: 2,
         rows: &[],
         stderr: "hello lists 100000 paths: a worker may list at most 256",
+        timeout_s: "20",
     },
     Fault {
         name: "exit_mid_run",
@@ -168,6 +182,7 @@ const FAULTS: [Fault; 15] = [
             ("::mixed::", "pass", ""),
         ],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "kill_0",
@@ -178,6 +193,7 @@ const FAULTS: [Fault; 15] = [
             ("::mixed::", "pass", ""),
         ],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "fork_child",
@@ -185,16 +201,18 @@ const FAULTS: [Fault; 15] = [
         code: 0,
         rows: &[(ALL_ERROR, "pass", "")],
         stderr: "",
+        timeout_s: "20",
     },
     Fault {
         name: "never_answers",
         env: &[("HANG", "::decode::")],
         code: 1,
         rows: &[
-            ("::decode::", "error", "did not answer within 0.5 s"),
+            ("::decode::", "error", "did not answer within 1.5 s"),
             ("::mixed::", "pass", ""),
         ],
         stderr: "",
+        timeout_s: "1.5",
     },
 ];
 
@@ -356,59 +374,78 @@ impl Setup {
         out
     }
 
-    fn run_args(&self, report: &Path, worker: &[String]) -> Vec<String> {
+    fn run_args(&self, report: &Path, worker: &[String], timeout_s: &str) -> Vec<String> {
         let mut args: Vec<String> = ["run", "--matrix", &self.path("m.toml"), "--paths", "none"]
             .iter()
             .map(|s| s.to_string())
             .collect();
         args.extend(worker.iter().cloned());
-        args.extend(["--worker-timeout-s".into(), "0.5".into()]);
+        args.extend(["--worker-timeout-s".into(), timeout_s.into()]);
         args.extend(["--out".into(), report.display().to_string()]);
         args
     }
 }
 
+/// One fault's run and its checks; its figures line.
+fn run_fault(s: &Setup, fault: &Fault) -> String {
+    let mut figures = Figures::new(fault.name);
+    let report = s.root.path().join(format!("out-{}", fault.name));
+    let faulty = ["--impl".to_string(), "faulty".to_string()];
+    let out = s.run(
+        &mut figures,
+        &s.run_args(&report, &faulty, fault.timeout_s),
+        fault.env,
+        fault.code,
+        &report,
+    );
+    let what = fault.name;
+    assert!(out.stderr.contains(fault.stderr), "{what}: {}", out.stderr);
+    if let Err(e) = check_rows(&report, fault.rows) {
+        panic!("{what}: {e}\nstderr:\n{}", out.stderr);
+    }
+    match fault.name {
+        "fork_child" => {
+            let pids = std::fs::read_to_string(s.path("pid/pids")).unwrap();
+            for pid in pids.split_whitespace().map(|p| p.parse::<u32>().unwrap()) {
+                let started = std::time::Instant::now();
+                while !gone(pid) && started.elapsed().as_secs() < 3 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                assert!(
+                    gone(pid),
+                    "{what}: the worker's child {pid} outlived the run"
+                );
+            }
+        }
+        "hello_control_characters" => {
+            let summary = std::fs::read_to_string(report.join("cpu/summary.json")).unwrap();
+            assert!(summary.contains("1.0\\\\x1b[2J"), "{what}: {summary}");
+        }
+        _ => {}
+    }
+    figures_line(&figures, fault.env)
+}
+
 #[test]
 fn fuzz_workers() {
     let s = Setup::new();
-    let faulty = ["--impl".to_string(), "faulty".to_string()];
-    for fault in &FAULTS {
-        let mut figures = Figures::new(fault.name);
-        let report = s.root.path().join(format!("out-{}", fault.name));
-        let _ = std::fs::remove_file(s.root.path().join("pid/pids"));
-        let out = s.run(
-            &mut figures,
-            &s.run_args(&report, &faulty),
-            fault.env,
-            fault.code,
-            &report,
-        );
-        let what = fault.name;
-        assert!(out.stderr.contains(fault.stderr), "{what}: {}", out.stderr);
-        if let Err(e) = check_rows(&report, fault.rows) {
-            panic!("{what}: {e}\nstderr:\n{}", out.stderr);
+    // Two at a time (most of a run is a Python worker starting); lines printed in order.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let lines: Vec<std::sync::Mutex<String>> = FAULTS
+        .iter()
+        .map(|_| std::sync::Mutex::new(String::new()))
+        .collect();
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(fault) = FAULTS.get(i) else { break };
+                *lines[i].lock().unwrap() = run_fault(&s, fault);
+            });
         }
-        match fault.name {
-            "fork_child" => {
-                let pids = std::fs::read_to_string(s.path("pid/pids")).unwrap();
-                for pid in pids.split_whitespace().map(|p| p.parse::<u32>().unwrap()) {
-                    let started = std::time::Instant::now();
-                    while !gone(pid) && started.elapsed().as_secs() < 3 {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    assert!(
-                        gone(pid),
-                        "{what}: the worker's child {pid} outlived the run"
-                    );
-                }
-            }
-            "hello_control_characters" => {
-                let summary = std::fs::read_to_string(report.join("cpu/summary.json")).unwrap();
-                assert!(summary.contains("1.0\\\\x1b[2J"), "{what}: {summary}");
-            }
-            _ => {}
-        }
-        print_figures(&figures, fault.env);
+    });
+    for line in &lines {
+        eprintln!("{}", line.lock().unwrap());
     }
 
     // A wrapper whose exit trap ends its process group: only its own group, not relattn's.
@@ -420,14 +457,14 @@ fn fuzz_workers() {
     );
     s.run(
         &mut figures,
-        &s.run_args(&report, &["--worker".into(), wrapper]),
+        &s.run_args(&report, &["--worker".into(), wrapper], "20"),
         &[],
         0,
         &report,
     );
     check_rows(&report, &[(ALL_ERROR, "pass", "")]).unwrap();
     assert!(report.join("cpu/summary.json").is_file());
-    print_figures(&figures, &[]);
+    eprintln!("{}", figures_line(&figures, &[]));
 
     // exec hands the worker a copy: the user's case file survives a worker that overwrites it.
     let mut figures = Figures::new("overwrite_case_file");
@@ -455,14 +492,13 @@ fn fuzz_workers() {
         before,
         "the case file changed"
     );
-    print_figures(&figures, &[("OVERWRITE", "exec::")]);
+    eprintln!("{}", figures_line(&figures, &[("OVERWRITE", "exec::")]));
 }
 
-fn print_figures(figures: &Figures, env: &[(&str, &str)]) {
+fn figures_line(figures: &Figures, env: &[(&str, &str)]) -> String {
     let vars: Vec<String> = env
         .iter()
         .map(|(k, v)| format!("RELATTN_FAULTY_{k}={v}"))
         .collect();
-    eprint!("workers [{}] ", vars.join(" "));
-    figures.print();
+    format!("workers [{}] {}", vars.join(" "), figures.line())
 }
