@@ -14,17 +14,39 @@ comma-separated list of substrings; empty items are ignored):
   RELATTN_FAULTY_PADDING   write zeros into the padding rows [cu_seqlens_q[B], T), or into row
                            T - 1 when the case has no padding rows
   RELATTN_FAULTY_WRONG     add 0.5 to one element of the first real row
+  RELATTN_FAULTY_FIFO      make `out` a FIFO instead of a file (reading it would block)
+  RELATTN_FAULTY_LINK      make `out` a symbolic link to $RELATTN_FAULTY_LINK_TARGET (default
+                           /etc/passwd): a file outside the worker's folder
+  RELATTN_FAULTY_DEVZERO   make `out` a symbolic link to /dev/zero (endless bytes)
+  RELATTN_FAULTY_OVERWRITE overwrite the case file it was handed with garbage, then answer as
+                           usual from the case it had read
+  RELATTN_FAULTY_TWICE     answer the request twice
+  RELATTN_FAULTY_MS_NEG    answer "ms": -5
+  RELATTN_FAULTY_MS_HUGE   answer "ms": [1.7e308, 1.7e308] (finite; their sum is not)
+  RELATTN_FAULTY_SPLITS    answer "num_splits": 2^64 - 1
+  RELATTN_FAULTY_CONTROL   answer status error with terminal control sequences in the message,
+                           and print some on stderr
+  RELATTN_FAULTY_KILL0     `kill 0`: SIGTERM to the worker's whole process group
+  RELATTN_FAULTY_FORK      start `sleep 1000` (its pid written to $RELATTN_FAULTY_PIDFILE when
+                           set), then answer as usual
 
 and, for the whole process:
 
   RELATTN_FAULTY_PROTOCOL=N   answer hello with protocol N (relattn must refuse N != 1)
+  RELATTN_FAULTY_HELLO=dup_paths | many_paths | paths:N | control
+                              hello lists path `faulty` twice; lists 100,000 paths; lists N
+                              paths (p0, p1, ...); or has terminal control sequences in its
+                              version
 
 The modes are checked in the order above; the first that matches decides.
 
     RELATTN_FAULTY_CRASH=::ca1b2c3d4e relattn run --worker "python3 adapters/faulty_worker.py" ...
 """
 
+import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -35,7 +57,10 @@ import numpy as np  # noqa: E402
 import relattn_worker  # noqa: E402
 from relattn_worker import NoAnswer, Worker, attention_numpy, cpu_timed, serve  # noqa: E402
 
-MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG")
+MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG", "FIFO", "LINK",
+         "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK")
+# Text that moves a terminal's cursor, recolours it and rings its bell.
+CONTROL_TEXT = "\x1b[2J\x1b[31mred\x1b[0m\rover\x07written\x9b"
 
 
 def fault_for(trial_id, environ=None):
@@ -62,6 +87,26 @@ class FaultyWorker(Worker):
         value = os.environ.get("RELATTN_FAULTY_PROTOCOL")
         if value:
             self.protocol = int(value)
+        hello = os.environ.get("RELATTN_FAULTY_HELLO", "")
+        if hello == "dup_paths":
+            self.paths = ["faulty", "faulty"]
+        elif hello == "many_paths":
+            self.paths = [f"p{i}" for i in range(100_000)]
+        elif hello.startswith("paths:"):
+            self.paths = [f"p{i}" for i in range(int(hello[len("paths:"):]))]
+        elif hello == "control":
+            self.version = "1.0" + CONTROL_TEXT
+        self.out_fault = None
+
+    def write_output(self, path, out):
+        if self.out_fault == "FIFO":
+            os.mkfifo(path)
+        elif self.out_fault == "LINK":
+            os.symlink(os.environ.get("RELATTN_FAULTY_LINK_TARGET", "/etc/passwd"), path)
+        elif self.out_fault == "DEVZERO":
+            os.symlink("/dev/zero", path)
+        else:
+            super().write_output(path, out)
 
     @property
     def trial_id(self):
@@ -83,6 +128,27 @@ class FaultyWorker(Worker):
         if mode == "CLOSE":
             stream.close()
             sleep_forever()
+        if mode == "KILL0":
+            print(f"faulty: kill 0 on {self.trial_id}", file=sys.stderr, flush=True)
+            os.kill(0, signal.SIGTERM)
+            sleep_forever()
+        if mode == "CONTROL":
+            print(f"faulty: {CONTROL_TEXT}", file=sys.stderr, flush=True)
+            raise RuntimeError(f"planted{CONTROL_TEXT}")
+        if mode == "OVERWRITE":
+            try:
+                with open(self.request["case"], "wb") as f:
+                    f.write(b"overwritten by the faulty worker")
+            except OSError as e:
+                print(f"faulty: cannot overwrite the case file: {e}", file=sys.stderr, flush=True)
+        if mode == "FORK":
+            child = subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pidfile = os.environ.get("RELATTN_FAULTY_PIDFILE")
+            if pidfile:
+                with open(pidfile, "a") as f:
+                    f.write(f"{child.pid}\n")
+        self.out_fault = mode if mode in ("FIFO", "LINK", "DEVZERO") else None
 
         out, ms = cpu_timed(lambda: attention_numpy(case, "f32"), timing)
         real = case.real_rows
@@ -97,6 +163,20 @@ class FaultyWorker(Worker):
                 out[case.T - 1] = 0.0
         elif mode == "WRONG" and real > 0:
             out[0, 0, 0] += 0.5
+        answer = {"ok": True, "id": self.trial_id, "num_splits": 1, "ms": ms}
+        if mode == "MS_NEG":
+            answer["ms"] = -5
+        elif mode == "MS_HUGE":
+            answer["ms"] = [1.7e308, 1.7e308]
+        elif mode == "SPLITS":
+            answer["num_splits"] = 2**64 - 1
+        if mode in ("TWICE", "MS_NEG", "MS_HUGE", "SPLITS"):
+            self.write_output(self.request["out"], out)
+            stream.write(json.dumps(answer) + "\n")
+            if mode != "TWICE":
+                stream.flush()
+                raise NoAnswer()
+            # TWICE: the protocol loop writes the same answer again.
         return out, 1, ms
 
 

@@ -497,6 +497,10 @@ class Worker:
         """Return {"path", "rejected", "reason", "num_splits"} for capability `cc` ("9.0")."""
         raise Unsupported("this worker has no routing")
 
+    def write_output(self, path, out):
+        """Write `out` to the request's `out` path (a test worker overrides this to plant faults)."""
+        write_out(path, out)
+
     def hello(self):
         """The hello answer."""
         return {"ok": True, "protocol": self.protocol, "name": self.name, "version": self.version,
@@ -562,7 +566,7 @@ def _run_request(worker, request):
                   "reps": _positive_int(timing.get("reps"), "timing.reps")}
     case = read_case(request["case"])
     out, used, ms = worker.run(case, request["path"], num_splits, timing)
-    write_out(request["out"], out)
+    worker.write_output(request["out"], out)
     if ms is not None:
         ms = [float(x) for x in ms]
     return {"ok": True, "id": rid, "num_splits": int(used), "ms": ms}
@@ -577,7 +581,10 @@ def _route_request(worker, request):
     answer.setdefault("reason", None)
     answer.setdefault("path", None)
     answer.setdefault("num_splits", None)
-    return {"ok": True, **answer}
+    # relattn matches each answer to its request by this id (an answer given twice must not be
+    # taken for the next request's).
+    answer.pop("id", None)
+    return {"ok": True, "id": request.get("id"), **answer}
 
 
 def handle(worker, request):

@@ -1,6 +1,9 @@
 """faulty_worker.py: each planted fault, and normal answers on the other trials."""
 
 import json
+import os
+import signal
+import time
 
 import numpy as np
 
@@ -119,3 +122,78 @@ class Faulty(TempDir):
         for trial in ("x::n2::1", "x::w1::1", "x::n1::1"):
             self.assertTrue(w.ask(self.run_trial(trial))["ok"])
         self.assert_good_trial(w)
+
+    def test_out_fifo_link_and_device(self):
+        target = self.path("outside.txt")
+        with open(target, "w") as f:
+            f.write("not the worker's")
+        w = self.start(FIFO="fifo", LINK="link", DEVZERO="zero", LINK_TARGET=target)
+        for trial, check in (("x::fifo::1", lambda: self.assertTrue(os.path.exists(self.out))),
+                             ("x::link::1", lambda: self.assertEqual(os.readlink(self.out), target)),
+                             ("x::zero::1", lambda: self.assertEqual(os.readlink(self.out), "/dev/zero"))):
+            if os.path.lexists(self.out):
+                os.remove(self.out)
+            self.assertTrue(w.ask(self.run_trial(trial))["ok"])
+            check()
+        os.remove(self.out)
+        self.assert_good_trial(w)
+
+    def test_overwrite_twice_and_bad_answers(self):
+        w = self.start(OVERWRITE="over", TWICE="two", MS_NEG="neg", MS_HUGE="huge", SPLITS="splits")
+        self.assertTrue(w.ask(self.run_trial("x::over::1"))["ok"])
+        with open(self.case_path, "rb") as f:
+            self.assertEqual(f.read(), b"overwritten by the faulty worker")
+        write_case(self.case_path, self.case)
+        first = w.ask(self.run_trial("x::two::1"))
+        self.assertEqual(json.loads(w.line()), first)
+        self.assertEqual(w.ask(self.run_trial("x::neg::1"))["ms"], -5)
+        self.assertEqual(w.ask(self.run_trial("x::huge::1"))["ms"], [1.7e308, 1.7e308])
+        self.assertEqual(w.ask(self.run_trial("x::splits::1"))["num_splits"], 2**64 - 1)
+        self.assert_good_trial(w)
+
+    def test_control_characters(self):
+        w = self.start(CONTROL="ctl")
+        answer = w.ask(self.run_trial("x::ctl::1"))
+        self.assertEqual(answer["status"], "error")
+        self.assertIn("\x1b[2J", answer["message"])
+        self.assert_good_trial(w)
+
+    def test_hello_faults(self):
+        for value, check in (("dup_paths", lambda h: self.assertEqual(h["paths"], ["faulty", "faulty"])),
+                             ("many_paths", lambda h: self.assertEqual(len(h["paths"]), 100_000)),
+                             ("control", lambda h: self.assertIn("\x1b", h["version"]))):
+            worker = WorkerProcess("faulty_worker.py", env={"RELATTN_FAULTY_HELLO": value})
+            try:
+                check(worker.ask(HELLO))
+            finally:
+                worker.close()
+
+    def test_kill0_and_fork(self):
+        pidfile = self.path("pid")
+        # In a group of its own, so that kill 0 reaches only the worker (and this test survives).
+        self.worker = WorkerProcess("faulty_worker.py", env={"RELATTN_FAULTY_FORK": "fork",
+                                                              "RELATTN_FAULTY_KILL0": "kill",
+                                                              "RELATTN_FAULTY_PIDFILE": pidfile},
+                                    new_group=True)
+        w = self.worker
+        w.ask(HELLO)
+        self.assertTrue(w.ask(self.run_trial("x::fork::1"))["ok"])
+        with open(pidfile) as f:
+            child = int(f.read().split()[-1])
+        os.kill(child, 0)  # alive
+        w.send(self.run_trial("x::kill::1"))
+        self.assertIsNone(w.line())
+        self.assertEqual(w.wait(), -signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not gone(child):
+            time.sleep(0.02)
+        self.assertTrue(gone(child), "the forked child was in the worker's group")
+
+
+def gone(pid):
+    """Whether `pid` runs no more (absent, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

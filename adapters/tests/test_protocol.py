@@ -53,8 +53,8 @@ class Protocol(TempDir):
         self.assertEqual(len(timed["ms"]), 3)
         self.assertTrue(all(isinstance(x, float) and x >= 0 for x in timed["ms"]))
 
-        route = w.ask({"op": "route", "cc": "9.0", "shape": {"is_local": False}})
-        self.assertEqual((route["ok"], route["status"]), (False, "unsupported"))
+        route = w.ask({"op": "route", "id": 41, "cc": "9.0", "shape": {"is_local": False}})
+        self.assertEqual((route["ok"], route["status"], route["id"]), (False, "unsupported", 41))
 
         bad = w.ask("this is not json")
         self.assertEqual((bad["ok"], bad["status"]), (False, "error"))
@@ -132,3 +132,29 @@ class Protocol(TempDir):
         self.assertIn("library chatter", stderr)
         self.assertIn("C-level chatter", stderr)
         self.assertIn("Traceback", stderr)
+
+    def test_route_answers_echo_the_request_id(self):
+        # relattn matches route answers to requests by id: a routing worker echoes it, even when
+        # its own answer carries another.
+        script = self.path("routing_worker.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(f"""
+                import sys
+                sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
+                from relattn_worker import Worker, serve
+                class Routing(Worker):
+                    name, version, paths = "routing", "0", ["a"]
+                    def route(self, cc, shape):
+                        if cc == "12.0":
+                            raise ValueError("no SM12x")
+                        return {{"id": "mine", "path": "score_mod", "num_splits": shape["batch"]}}
+                serve(Routing())
+            """))
+        w = self.start(script)
+        w.ask(HELLO)
+        for rid, batch in ((1, 8), (2, 32)):
+            answer = w.ask({"op": "route", "id": rid, "cc": "9.0", "shape": {"batch": batch}})
+            self.assertEqual(answer, {"ok": True, "id": rid, "path": "score_mod", "num_splits": batch,
+                                      "rejected": False, "reason": None})
+        failed = w.ask({"op": "route", "id": 3, "cc": "12.0", "shape": {"batch": 1}})
+        self.assertEqual((failed["ok"], failed["status"], failed["id"]), (False, "error", 3))

@@ -12,13 +12,13 @@ ADAPTERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class WorkerProcess:
-    def __init__(self, script, *args, env=None):
+    def __init__(self, script, *args, env=None, new_group=False):
         self.stderr = tempfile.TemporaryFile()
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen([sys.executable, os.path.join(ADAPTERS, script), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, env=full_env)
+                                     stderr=self.stderr, env=full_env, start_new_session=new_group)
         self.buffer = b""
         self.closed = False
 

@@ -265,6 +265,44 @@ pub fn worker_trials(cases: &[Arc<Case>], workers: &[(usize, &Hello, &str)]) -> 
     out
 }
 
+/// How many trials `worker_trials` would make, counted without making them (saturating).
+pub fn worker_trial_count(cases: &[Arc<Case>], workers: &[(usize, &Hello, &str)]) -> u64 {
+    let mut total = 0u64;
+    for case in cases {
+        let forced = case
+            .splits
+            .iter()
+            .filter(|s| **s != SplitSetting::Policy)
+            .count() as u64;
+        for (_, hello, _) in workers {
+            let split = hello
+                .paths
+                .iter()
+                .filter(|p| hello.split_paths.contains(p))
+                .count() as u64;
+            let policy = hello.paths.len() as u64 - split;
+            total = total
+                .saturating_add(policy)
+                .saturating_add(split.saturating_mul(forced));
+        }
+    }
+    total
+}
+
+/// Refuse a run whose trial list, workers' trials included, is longer than the matrices' own
+/// limit (`relattn_matrices::MAX_TRIALS`): every trial costs memory and report rows before it runs.
+pub fn check_trial_count(planned: u64, of_workers: u64) -> Result<(), String> {
+    let limit = relattn_matrices::MAX_TRIALS;
+    let total = planned.saturating_add(of_workers);
+    if total <= limit {
+        return Ok(());
+    }
+    Err(format!(
+        "this run would have {total} trials ({of_workers} of them on workers), over the limit of {limit}: \
+         select fewer cases (--case, --shard or a smaller matrix), fewer workers, or workers with fewer paths"
+    ))
+}
+
 /// Every shape the routing checks cover: 2,160 of them (batch x query length x head pair x KV
 /// length x layer kind x page size), the same for the model's own rows and for `route --check`.
 pub fn routing_shapes() -> Vec<relattn_kernels::routing::Shape> {
@@ -357,4 +395,55 @@ pub fn check_unknown_capabilities() -> Result<usize, String> {
         }
     }
     Ok(checked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(paths: usize, split_paths: usize) -> Hello {
+        let paths: Vec<String> = (0..paths).map(|i| format!("p{i}")).collect();
+        Hello {
+            ok: true,
+            protocol: 1,
+            name: "w".into(),
+            version: "1".into(),
+            device: None,
+            capability: None,
+            split_paths: paths[..split_paths].to_vec(),
+            paths,
+        }
+    }
+
+    #[test]
+    fn worker_trials_are_counted_before_they_are_made() {
+        let cases: Vec<Arc<Case>> = relattn_matrices::load_tier("ci")
+            .unwrap()
+            .expand()
+            .unwrap()
+            .cases
+            .into_iter()
+            .take(40)
+            .map(Arc::new)
+            .collect();
+        let (a, b) = (hello(3, 1), hello(2, 0));
+        let workers = [(0, &a, "--impl a"), (1, &b, "--impl b")];
+        let made = worker_trials(&cases, &workers).len() as u64;
+        assert!(made > 5 * 40, "some cases have forced splits: {made}");
+        assert_eq!(worker_trial_count(&cases, &workers), made);
+    }
+
+    #[test]
+    fn the_trial_limit_counts_worker_trials() {
+        let limit = relattn_matrices::MAX_TRIALS;
+        assert!(check_trial_count(limit - 10, 10).is_ok());
+        let e = check_trial_count(37, limit).unwrap_err();
+        assert!(
+            e.contains(
+                "would have 1000037 trials (1000000 of them on workers), over the limit of 1000000"
+            ) && e.contains("select fewer cases"),
+            "{e}"
+        );
+        assert!(check_trial_count(u64::MAX, u64::MAX).is_err());
+    }
 }

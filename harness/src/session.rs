@@ -5,7 +5,8 @@
 use crate::execute::Runners;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use crate::plan::{
-    gpu_trials, reference_trials, routing_trials, worker_trials, BoundsCheck, PathSelection, Trial,
+    check_trial_count, gpu_trials, reference_trials, routing_trials, worker_trial_count,
+    worker_trials, BoundsCheck, PathSelection, Trial,
 };
 use crate::runner::Runner;
 use crate::worker::{self, WorkerRunner, WorkerSpec};
@@ -167,6 +168,8 @@ impl Session {
             .enumerate()
             .map(|(i, w)| (i, &w.hello, w.spec.label.as_str()))
             .collect();
+        check_trial_count(trials.len() as u64, worker_trial_count(&cases, &info))
+            .map_err(crate::exit::usage)?;
         trials.extend(worker_trials(&cases, &info));
         let worker_runners = workers
             .iter()

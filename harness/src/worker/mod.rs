@@ -5,6 +5,7 @@
 pub mod process;
 pub mod protocol;
 pub mod runner;
+pub mod text;
 
 pub use runner::WorkerRunner;
 
@@ -71,9 +72,10 @@ impl WorkerSpec {
     }
 }
 
-/// Every `--impl` (each may be a comma-separated list) and `--worker`, in that order.
+/// Every `--impl` (each may be a comma-separated list) and `--worker`, in that order. A worker
+/// given twice is refused: its trials would have the same names, which no report can hold.
 pub fn specs(impls: &[String], commands: &[String]) -> Result<Vec<WorkerSpec>, String> {
-    let mut out = Vec::new();
+    let mut out: Vec<WorkerSpec> = Vec::new();
     for name in impls.iter().flat_map(|s| s.split(',')).map(str::trim) {
         if !name.is_empty() {
             out.push(WorkerSpec::from_impl(name)?);
@@ -81,6 +83,11 @@ pub fn specs(impls: &[String], commands: &[String]) -> Result<Vec<WorkerSpec>, S
     }
     for c in commands {
         out.push(WorkerSpec::from_command(c)?);
+    }
+    for (i, s) in out.iter().enumerate() {
+        if out[..i].iter().any(|o| o.command == s.command) {
+            return Err(format!("{} is given twice: name each worker once", s.label));
+        }
     }
     Ok(out)
 }
@@ -110,15 +117,26 @@ pub fn adapters_dir() -> Option<PathBuf> {
     has(&source).then_some(source)
 }
 
-/// Start every worker and greet it, in order.
+/// Start every worker and greet it, in order. Two workers that give the same name in `hello`
+/// are refused (their trials would have the same names).
 pub fn start_all(
     specs: &[WorkerSpec],
     timeout: std::time::Duration,
 ) -> Result<Vec<std::sync::Arc<WorkerRunner>>, String> {
-    specs
-        .iter()
-        .map(|s| WorkerRunner::start(s.clone(), timeout).map(std::sync::Arc::new))
-        .collect()
+    let mut out: Vec<std::sync::Arc<WorkerRunner>> = Vec::new();
+    for s in specs {
+        let w = WorkerRunner::start(s.clone(), timeout)?;
+        if let Some(other) = out.iter().find(|o| o.name() == w.name()) {
+            return Err(format!(
+                "workers {} and {} both call themselves `{}`: the names of workers must differ (trials are named impl::<name>::...), so give one of them once or rename one",
+                other.spec.label,
+                w.spec.label,
+                w.name()
+            ));
+        }
+        out.push(std::sync::Arc::new(w));
+    }
+    Ok(out)
 }
 
 /// `--worker-timeout-s`, checked.
@@ -155,6 +173,15 @@ mod tests {
         let s = WorkerSpec::from_impl("numpy").unwrap();
         assert!(s.command[1].ends_with("numpy_worker.py"), "{:?}", s.command);
         assert_eq!(s.label, "--impl numpy");
+    }
+
+    #[test]
+    fn a_worker_given_twice_is_refused() {
+        let e = specs(&["numpy,flex".into(), "numpy".into()], &[]).unwrap_err();
+        assert_eq!(e, "--impl numpy is given twice: name each worker once");
+        let e = specs(&[], &["sh w.sh".into(), "sh  'w.sh'".into()]).unwrap_err();
+        assert!(e.contains("--worker") && e.contains("given twice"), "{e}");
+        assert_eq!(specs(&["numpy,flex".into()], &[]).unwrap().len(), 2);
     }
 
     #[test]

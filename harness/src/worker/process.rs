@@ -1,20 +1,35 @@
 //! One worker child process: JSON lines to its stdin, answers read from its stdout by a reader
 //! thread (so a silent worker costs a timeout, not a hang), and the tail of its stderr kept for
 //! reports. Lines are bounded in length, so a worker cannot make relattn hold unbounded memory.
+//!
+//! Each worker runs in a process group of its own: a Ctrl-C in the terminal reaches relattn
+//! (which finishes the trials in flight) but not the worker, a worker's `kill 0` reaches only
+//! its own group, and ending a worker ends every process it started in that group.
 
+use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest answer line read (longer ones are a protocol violation).
 const MAX_LINE: usize = 1 << 20;
 /// Lines of stderr kept, and the longest kept line.
 const TAIL_LINES: usize = 30;
 const TAIL_LINE_CHARS: usize = 400;
+/// Answers carrying the id of an earlier request (a worker that answered one twice) dropped
+/// while waiting for one answer; one more is a protocol violation.
+pub const MAX_STALE: usize = 4;
+/// Ids of earlier requests remembered to recognise stale answers.
+const IDS_KEPT: usize = 16;
+/// How long a worker's process group has to exit after SIGTERM before it gets SIGKILL, and how
+/// long the worker is then waited for.
+const TERM_GRACE: Duration = Duration::from_millis(500);
+const KILL_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a worker stopped being usable: the current request is lost and the process is killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +67,12 @@ enum Line {
 
 pub struct Process {
     child: Child,
+    /// The worker's process group (its own pid).
+    group: Pid,
+    /// Ids of the last requests sent, newest last.
+    sent_ids: VecDeque<Value>,
+    /// Whether the group has been ended (nothing is signalled twice).
+    ended: bool,
     stdin: Option<ChildStdin>,
     lines: Receiver<Line>,
     tail: Arc<Mutex<VecDeque<String>>>,
@@ -70,6 +91,7 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("PYTHONUNBUFFERED", "1")
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start worker `{}`: {e}", command.join(" ")))?;
         let stdout = child.stdout.take().ok_or("worker has no stdout")?;
@@ -98,21 +120,44 @@ impl Process {
                         if t.len() == TAIL_LINES {
                             t.pop_front();
                         }
-                        t.push_back(l.chars().take(TAIL_LINE_CHARS).collect());
+                        t.push_back(super::text::one_line(&l, TAIL_LINE_CHARS));
                     }
                 }
             }
         });
         Ok(Process {
             stdin: child.stdin.take(),
+            group: Pid::from_child(&child),
+            sent_ids: VecDeque::new(),
+            ended: false,
             child,
             lines,
             tail,
         })
     }
 
-    /// Send one request and wait up to `timeout` for its answer, a JSON object.
+    /// Send one request and wait up to `timeout` for its answer, a JSON object. When the request
+    /// has an `id`, answers carrying the id of an earlier request are dropped (up to
+    /// `MAX_STALE`); any other answer is returned for the caller to check.
     pub fn request(&mut self, message: &Value, timeout: Duration) -> Result<Value, Death> {
+        let deadline = Instant::now() + timeout;
+        self.send(message)?;
+        let id = message.get("id").cloned();
+        let mut stale = 0;
+        loop {
+            let answer = self.answer(deadline, timeout)?;
+            let got = answer.get("id");
+            let is_stale = id.is_some()
+                && got != id.as_ref()
+                && got.is_some_and(|g| self.sent_ids.iter().rev().skip(1).any(|s| s == g));
+            if !is_stale || stale == MAX_STALE {
+                return Ok(answer);
+            }
+            stale += 1;
+        }
+    }
+
+    fn send(&mut self, message: &Value) -> Result<(), Death> {
         let stdin = self
             .stdin
             .as_mut()
@@ -123,10 +168,22 @@ impl Process {
             .write_all(line.as_bytes())
             .and_then(|()| stdin.flush())
             .map_err(|e| Death::Write(e.to_string()))?;
-        match self.lines.recv_timeout(timeout) {
+        if let Some(id) = message.get("id") {
+            if self.sent_ids.len() == IDS_KEPT {
+                self.sent_ids.pop_front();
+            }
+            self.sent_ids.push_back(id.clone());
+        }
+        Ok(())
+    }
+
+    /// The next answer line, a JSON object, read before `deadline`.
+    fn answer(&mut self, deadline: Instant, timeout: Duration) -> Result<Value, Death> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(left) {
             Ok(Line::Text(text)) => match serde_json::from_str::<Value>(&text) {
                 Ok(v) if v.is_object() => Ok(v),
-                _ => Err(Death::Garbage(text.chars().take(200).collect())),
+                _ => Err(Death::Garbage(super::text::one_line(&text, 200))),
             },
             Ok(Line::TooLong) => Err(Death::Garbage(format!(
                 "a line longer than {MAX_LINE} bytes"
@@ -156,7 +213,8 @@ impl Process {
         "still running".into()
     }
 
-    /// Say bye and give the worker a moment to exit; kill it otherwise.
+    /// Say bye and give the worker a moment to exit; then end its process group (whatever the
+    /// worker started and left behind goes with it).
     pub fn close(mut self) {
         if let Some(mut stdin) = self.stdin.take() {
             let _ = stdin.write_all(b"{\"op\":\"bye\"}\n");
@@ -164,25 +222,44 @@ impl Process {
         }
         for _ in 0..40 {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                break;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
         self.kill();
     }
 
+    /// End the worker's whole process group: SIGTERM, then SIGKILL to whatever is left after
+    /// `TERM_GRACE`, and reap the worker (waiting at most `KILL_WAIT`; a process stuck in the
+    /// kernel is left to the system rather than hang relattn).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        self.stdin.take();
+        let _ = kill_process_group(self.group, Signal::TERM);
+        let term_deadline = Instant::now() + TERM_GRACE;
+        let mut reaped = false;
+        while Instant::now() < term_deadline {
+            reaped = reaped || matches!(self.child.try_wait(), Ok(Some(_)));
+            // The group is gone once the worker is reaped and nothing else is left in it.
+            if reaped && test_kill_process_group(self.group).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = kill_process_group(self.group, Signal::KILL);
+        let kill_deadline = Instant::now() + KILL_WAIT;
+        while !reaped && Instant::now() < kill_deadline {
+            reaped = matches!(self.child.try_wait(), Ok(Some(_)));
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.kill();
     }
 }
 
@@ -254,5 +331,99 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.contains("/nonexistent/worker"), "{e}");
+    }
+
+    /// Whether `pid` is gone (or a zombie nobody reaped yet: it runs no more).
+    fn gone(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    fn wait_gone(pid: u32) -> bool {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if gone(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// The pid a test worker printed on stderr.
+    fn pid_on_stderr(p: &Process) -> u32 {
+        let started = std::time::Instant::now();
+        let mut tail = String::new();
+        while tail.is_empty() && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+            tail = p.stderr_tail(1);
+        }
+        tail.trim().parse().expect("the child's pid")
+    }
+
+    #[test]
+    fn a_workers_kill_0_reaches_only_its_own_group() {
+        // In relattn's group, this would end the test process itself.
+        let mut p = Process::spawn(&sh("read l; kill 0; sleep 5")).unwrap();
+        let r = p.request(&serde_json::json!({}), Duration::from_secs(5));
+        match r {
+            Err(Death::Closed(status)) => assert!(status.contains("15"), "{status}"),
+            other => panic!("expected the worker to end itself: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn closing_a_worker_ends_what_it_started() {
+        let p = Process::spawn(&sh("sleep 1000 & echo $! >&2; read l")).unwrap();
+        let pid = pid_on_stderr(&p);
+        assert!(!gone(pid));
+        p.close();
+        assert!(wait_gone(pid), "the worker's child {pid} outlived it");
+    }
+
+    #[test]
+    fn killing_a_worker_ends_children_that_ignore_sigterm() {
+        let mut p =
+            Process::spawn(&sh("(trap '' TERM; sleep 1000) & echo $! >&2; sleep 1000")).unwrap();
+        let pid = pid_on_stderr(&p);
+        let killing = std::time::Instant::now();
+        p.kill();
+        assert!(killing.elapsed() < TERM_GRACE + KILL_WAIT);
+        assert!(wait_gone(pid), "the worker's child {pid} outlived it");
+    }
+
+    #[test]
+    fn stale_answers_are_dropped_and_bounded() {
+        let t = Duration::from_secs(5);
+        // Answers every request twice: the second copy arrives while the next request waits.
+        let mut p = Process::spawn(&sh(
+            r#"while read l; do id=${l#*\"id\":}; id=${id%%,*}; id=${id%%\}*}; printf '{"ok":true,"id":%s}\n' "$id" "$id"; done"#,
+        ))
+        .unwrap();
+        for id in 1..=4 {
+            let a = p
+                .request(&serde_json::json!({"op": "x", "id": id}), t)
+                .unwrap();
+            assert_eq!(a["id"], id);
+        }
+        let mut p = Process::spawn(&sh(
+            r#"read l; echo '{"id":1}'; read l; for i in 1 2 3 4 5 6; do echo '{"id":1}'; done; read l"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            p.request(&serde_json::json!({"id": 1}), t).unwrap()["id"],
+            1
+        );
+        // Six copies of an earlier answer: four are dropped, the fifth is handed on (and the
+        // caller refuses it).
+        assert_eq!(
+            p.request(&serde_json::json!({"id": 2}), t).unwrap()["id"],
+            1
+        );
     }
 }

@@ -7,6 +7,13 @@ use serde_json::{json, Value};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL: u64 = 1;
+/// Most paths a `hello` may list (the shipped workers list up to 3; every path is one more
+/// trial per case).
+pub const MAX_PATHS: usize = 256;
+/// Largest `ms` a worker may report: one hour (a time past it is not a measurement).
+pub const MAX_MS: f64 = 3_600_000.0;
+/// Largest split count a worker may report (an int32, as the kernels' own counts are).
+pub const MAX_SPLITS: u64 = i32::MAX as u64;
 
 /// `hello`'s answer.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -92,9 +99,12 @@ pub struct RouteShape {
     pub window_left: i64,
 }
 
-pub fn route_request(cc: &str, s: &RouteShape) -> Value {
+/// A `route` request; `id` (a number, new for each request) comes back in the answer, so an
+/// answer to an earlier request is never taken for this one's.
+pub fn route_request(id: u64, cc: &str, s: &RouteShape) -> Value {
     json!({
         "op": "route",
+        "id": id,
         "cc": cc,
         "shape": {
             "is_local": s.is_local,
@@ -120,11 +130,26 @@ fn ok_of(v: &Value) -> Result<bool, ProtocolError> {
         .ok_or_else(|| bad("no boolean `ok`"))
 }
 
+/// The answer's `message`, with control characters escaped (it goes into reports).
 fn message_of(v: &Value) -> String {
-    v.get("message")
+    let m = v
+        .get("message")
         .and_then(Value::as_str)
-        .unwrap_or("(no message)")
-        .to_string()
+        .unwrap_or("(no message)");
+    super::text::lines(m, super::text::MAX_MESSAGE_CHARS)
+}
+
+/// A split count the worker says it used: 1 to `MAX_SPLITS`.
+fn splits_of(v: &Value) -> Option<usize> {
+    v.as_u64()
+        .filter(|n| (1..=MAX_SPLITS).contains(n))
+        .map(|n| n as usize)
+}
+
+/// One time in milliseconds: finite, >= 0 and at most `MAX_MS`.
+fn ms_of(v: &Value) -> Option<f64> {
+    v.as_f64()
+        .filter(|t| t.is_finite() && (0.0..=MAX_MS).contains(t))
 }
 
 /// `{"ok":false,"status":...}`: the status, which must be `unsupported` or `error`.
@@ -149,6 +174,12 @@ pub fn parse_hello(v: Value) -> Result<Hello, ProtocolError> {
     if let Some(p) = hello.split_paths.iter().find(|p| !hello.paths.contains(p)) {
         return Err(bad(format!("split path `{p}` is not one of `paths`")));
     }
+    if hello.paths.len() > MAX_PATHS {
+        return Err(bad(format!(
+            "hello lists {} paths: a worker may list at most {MAX_PATHS}",
+            hello.paths.len()
+        )));
+    }
     let plain = |s: &str| {
         !s.is_empty()
             && s.len() <= 64
@@ -160,15 +191,30 @@ pub fn parse_hello(v: Value) -> Result<Hello, ProtocolError> {
         .find(|s| !plain(s))
     {
         return Err(bad(format!(
-            "name or path {bad_name:?}: expected 1 to 64 letters, digits, `_`, `-` or `.`"
+            "name or path {:?}: expected 1 to 64 letters, digits, `_`, `-` or `.`",
+            super::text::one_line(bad_name, 80)
         )));
     }
-    Ok(hello)
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = hello.paths.iter().find(|p| !seen.insert(p.as_str())) {
+        return Err(bad(format!(
+            "hello lists path `{twice}` twice: each path must be listed once"
+        )));
+    }
+    // Free text that reports and terminals show.
+    let clean = |s: &str| super::text::one_line(s, 200);
+    Ok(Hello {
+        version: clean(&hello.version),
+        device: hello.device.as_deref().map(clean),
+        capability: hello.capability.as_deref().map(clean),
+        ..hello
+    })
 }
 
 pub fn parse_run(v: &Value, id: &str) -> Result<RunAnswer, ProtocolError> {
     let got = v.get("id").and_then(Value::as_str);
     if got != Some(id) {
+        let got = got.map(|g| super::text::one_line(g, 200));
         return Err(bad(format!("answer for id {got:?}, expected {id:?}")));
     }
     if !ok_of(v)? {
@@ -179,29 +225,40 @@ pub fn parse_run(v: &Value, id: &str) -> Result<RunAnswer, ProtocolError> {
             RunAnswer::Error(message)
         });
     }
-    let num_splits = v
-        .get("num_splits")
-        .and_then(Value::as_u64)
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| bad("`num_splits` must be the split count used (an integer >= 1)"))?;
+    let num_splits = v.get("num_splits").and_then(splits_of).ok_or_else(|| {
+        bad(format!(
+            "`num_splits` must be the split count used (an integer from 1 to {MAX_SPLITS})"
+        ))
+    })?;
+    let times = || {
+        bad(format!("`ms` must be null, a time or a list of times in milliseconds (each finite, from 0 to {MAX_MS})"))
+    };
     let ms = match v.get("ms") {
         None | Some(Value::Null) => None,
         Some(Value::Array(a)) => Some(
             a.iter()
-                .map(|x| x.as_f64().filter(|t| t.is_finite() && *t >= 0.0))
+                .map(ms_of)
                 .collect::<Option<Vec<f64>>>()
-                .ok_or_else(|| bad("`ms` must be a list of non-negative numbers"))?,
+                .ok_or_else(times)?,
         ),
-        Some(Value::Number(n)) => Some(vec![n.as_f64().unwrap_or(f64::NAN)]),
-        Some(_) => return Err(bad("`ms` must be null or a list of numbers")),
+        Some(n @ Value::Number(_)) => Some(vec![ms_of(n).ok_or_else(times)?]),
+        Some(_) => return Err(times()),
     };
-    Ok(RunAnswer::Done {
-        num_splits: num_splits as usize,
-        ms,
-    })
+    Ok(RunAnswer::Done { num_splits, ms })
 }
 
-pub fn parse_route(v: &Value) -> Result<RouteAnswer, ProtocolError> {
+/// A `route` answer, which must echo the request's `id`.
+pub fn parse_route(v: &Value, id: u64) -> Result<RouteAnswer, ProtocolError> {
+    let got = v.get("id");
+    if got.and_then(Value::as_u64) != Some(id) {
+        return Err(bad(format!(
+            "route answer for id {}, expected {id} (a route answer echoes its request's `id`)",
+            got.map_or("none".to_string(), |g| super::text::one_line(
+                &g.to_string(),
+                40
+            ))
+        )));
+    }
     if !ok_of(v)? {
         return match failure(v)? {
             (true, m) => Ok(RouteAnswer::Unsupported(m)),
@@ -217,7 +274,10 @@ pub fn parse_route(v: &Value) -> Result<RouteAnswer, ProtocolError> {
             .get("reason")
             .and_then(Value::as_str)
             .unwrap_or("(no reason)");
-        return Ok(RouteAnswer::Rejected(reason.to_string()));
+        return Ok(RouteAnswer::Rejected(super::text::lines(
+            reason,
+            super::text::MAX_MESSAGE_CHARS,
+        )));
     }
     let path = v
         .get("path")
@@ -228,12 +288,11 @@ pub fn parse_route(v: &Value) -> Result<RouteAnswer, ProtocolError> {
         })?;
     let num_splits = match v.get("num_splits") {
         None | Some(Value::Null) => None,
-        Some(n) => Some(
-            n.as_u64()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| bad("`num_splits` must be null or an integer >= 1"))?
-                as usize,
-        ),
+        Some(n) => Some(splits_of(n).ok_or_else(|| {
+            bad(format!(
+                "`num_splits` must be null or an integer from 1 to {MAX_SPLITS}"
+            ))
+        })?),
     };
     Ok(RouteAnswer::Routed {
         path: path.to_string(),
@@ -264,6 +323,22 @@ mod tests {
         assert!(parse_hello(hello(json!({"name": "../x"}))).is_err());
         assert!(parse_hello(json!({"ok": true})).is_err());
         assert!(parse_hello(json!([1])).is_err());
+        let many: Vec<String> = (0..=MAX_PATHS).map(|i| format!("p{i}")).collect();
+        let e = parse_hello(hello(json!({ "paths": many }))).unwrap_err();
+        assert!(
+            e.0.contains("257 paths") && e.0.contains("at most 256"),
+            "{e}"
+        );
+        let e = parse_hello(hello(json!({"paths": ["a", "b", "a"]}))).unwrap_err();
+        assert!(e.0.contains("path `a` twice"), "{e}");
+        let e = parse_hello(hello(json!({"name": "n\x1b[2J"}))).unwrap_err();
+        assert!(e.0.contains("\\x1b[2J") && !e.0.contains('\x1b'), "{e}");
+        let h = parse_hello(hello(
+            json!({"version": "1\x1b[31m\r\n", "device": "G\x07"}),
+        ))
+        .unwrap();
+        assert_eq!(h.version, "1\\x1b[31m\\x0d\\x0a");
+        assert_eq!(h.device.as_deref(), Some("G\\x07"));
         // The version is checked by the caller (a usage error, not a death).
         assert_eq!(
             parse_hello(hello(json!({"protocol": 2}))).unwrap().protocol,
@@ -299,37 +374,90 @@ mod tests {
             json!({"ok": true, "id": "a", "num_splits": 1, "ms": "fast"}),
             json!({"ok": true, "id": "a", "num_splits": 1, "ms": [-1]}),
             json!({"id": "a", "num_splits": 1}),
+            // A bare time is checked as a list's are.
+            json!({"ok": true, "id": "a", "num_splits": 1, "ms": -5}),
+            json!({"ok": true, "id": "a", "num_splits": 1, "ms": 1e300}),
+            // Finite, but their median overflows, and no kernel runs for an hour.
+            json!({"ok": true, "id": "a", "num_splits": 1, "ms": [1.7e308, 1.7e308]}),
+            json!({"ok": true, "id": "a", "num_splits": 1, "ms": [MAX_MS + 1.0]}),
+            json!({"ok": true, "id": "a", "num_splits": u64::MAX}),
+            json!({"ok": true, "id": "a", "num_splits": MAX_SPLITS + 1}),
         ] {
             assert!(parse_run(&bad, "a").is_err(), "{bad}");
         }
+        let e = parse_run(
+            &json!({"ok": true, "id": "a", "num_splits": 1, "ms": -5}),
+            "a",
+        );
+        assert!(e.unwrap_err().0.contains("`ms` must be"));
+        let edge = json!({"ok": true, "id": "a", "num_splits": MAX_SPLITS, "ms": 0.5});
+        assert_eq!(
+            parse_run(&edge, "a").unwrap(),
+            RunAnswer::Done {
+                num_splits: MAX_SPLITS as usize,
+                ms: Some(vec![0.5])
+            }
+        );
+    }
+
+    #[test]
+    fn worker_messages_are_kept_without_control_characters() {
+        let err = json!({"ok": false, "id": "a", "status": "error",
+            "message": "boom\x1b[2K\rfaked line\nsecond line"});
+        assert_eq!(
+            parse_run(&err, "a").unwrap(),
+            RunAnswer::Error("boom\\x1b[2K\\x0dfaked line\nsecond line".into())
+        );
+        let long =
+            json!({"ok": false, "id": "a", "status": "error", "message": "x".repeat(1 << 20)});
+        let RunAnswer::Error(m) = parse_run(&long, "a").unwrap() else {
+            panic!("an error answer")
+        };
+        assert!(
+            m.len() < 5000 && m.ends_with("more characters)"),
+            "{}",
+            m.len()
+        );
+        let rej = json!({"ok": true, "id": 1, "rejected": true, "reason": "no\x1b]0;title\x07"});
+        assert_eq!(
+            parse_route(&rej, 1).unwrap(),
+            RouteAnswer::Rejected("no\\x1b]0;title\\x07".into())
+        );
     }
 
     #[test]
     fn route_answers() {
-        let r = json!({"ok": true, "path": "score_mod", "rejected": false, "reason": null, "num_splits": 1});
+        let r = json!({"ok": true, "id": 7, "path": "score_mod", "rejected": false, "reason": null, "num_splits": 1});
         assert_eq!(
-            parse_route(&r).unwrap(),
+            parse_route(&r, 7).unwrap(),
             RouteAnswer::Routed {
                 path: "score_mod".into(),
                 num_splits: Some(1)
             }
         );
-        let rej = json!({"ok": true, "path": null, "rejected": true, "reason": "SM12x", "num_splits": null});
+        let rej = json!({"ok": true, "id": 7, "path": null, "rejected": true, "reason": "SM12x", "num_splits": null});
         assert_eq!(
-            parse_route(&rej).unwrap(),
+            parse_route(&rej, 7).unwrap(),
             RouteAnswer::Rejected("SM12x".into())
         );
-        let none = json!({"ok": false, "status": "unsupported", "message": "no routing"});
+        let none = json!({"ok": false, "id": 7, "status": "unsupported", "message": "no routing"});
         assert!(matches!(
-            parse_route(&none),
+            parse_route(&none, 7),
             Ok(RouteAnswer::Unsupported(_))
         ));
         for bad in [
-            json!({"ok": true, "path": "fa2", "rejected": false}),
-            json!({"ok": true, "path": "score_mod"}),
-            json!({"ok": true, "path": "score_mod", "rejected": false, "num_splits": 0}),
+            json!({"ok": true, "id": 7, "path": "fa2", "rejected": false}),
+            json!({"ok": true, "id": 7, "path": "score_mod"}),
+            json!({"ok": true, "id": 7, "path": "score_mod", "rejected": false, "num_splits": 0}),
+            json!({"ok": true, "id": 7, "path": "score_mod", "rejected": false, "num_splits": u64::MAX}),
+            // The id must be echoed: missing, another request's, or not a number.
+            json!({"ok": true, "path": "score_mod", "rejected": false, "num_splits": 1}),
+            json!({"ok": true, "id": 6, "path": "score_mod", "rejected": false, "num_splits": 1}),
+            json!({"ok": true, "id": "7", "path": "score_mod", "rejected": false, "num_splits": 1}),
         ] {
-            assert!(parse_route(&bad).is_err(), "{bad}");
+            assert!(parse_route(&bad, 7).is_err(), "{bad}");
         }
+        let e = parse_route(&json!({"ok": true, "rejected": true}), 7).unwrap_err();
+        assert!(e.0.contains("for id none, expected 7"), "{e}");
     }
 }

@@ -6,8 +6,11 @@ use super::process::{Death, Process};
 use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
 use super::WorkerSpec;
 use crate::runner::{forced_splits, median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
-use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
+use relattn_reference::casefile::{read_worker_output, write_case, CaseMeta};
+use relattn_reference::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
 use std::collections::VecDeque;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -35,6 +38,8 @@ struct State {
     /// The last run's trial, case file and output file (kept until the next run, so a failing
     /// trial's files can be kept with its report).
     last: Option<(String, PathBuf, PathBuf)>,
+    /// Id of the last `route` request.
+    route_id: u64,
 }
 
 pub struct WorkerRunner {
@@ -85,6 +90,7 @@ impl WorkerRunner {
                 cases: VecDeque::new(),
                 files: 0,
                 last: None,
+                route_id: 0,
             }),
         })
     }
@@ -96,9 +102,11 @@ impl WorkerRunner {
     /// The worker's routing decision for `shape` on capability `cc`.
     pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<RouteAnswer, String> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.route_id += 1;
+        let id = st.route_id;
         let p = self.process(&mut st)?;
-        let answer = match p.request(&protocol::route_request(cc, shape), self.timeout) {
-            Ok(v) => protocol::parse_route(&v).map_err(|e| e.to_string()),
+        let answer = match p.request(&protocol::route_request(id, cc, shape), self.timeout) {
+            Ok(v) => protocol::parse_route(&v, id).map_err(|e| e.to_string()),
             Err(d) => Err(d.to_string()),
         };
         match answer {
@@ -151,13 +159,14 @@ impl WorkerRunner {
         tail
     }
 
-    /// The case file of `req`: the caller's, or one written here (kept for the next trials).
+    /// The case file of `req`, always one in this runner's folder and read-only, so a worker
+    /// never writes to a file of the user's: a copy of the caller's file (`exec`), or one
+    /// written here from the problem (kept for the next trials of the case).
     fn case_file(&self, st: &mut State, req: &RunRequest<'_>) -> Result<PathBuf, String> {
-        if let Some(f) = req.case_file {
-            return Ok(std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf()));
-        }
         if let Some((_, f)) = st.cases.iter().find(|(id, _)| id == req.case_id) {
-            return Ok(f.clone());
+            if req.case_file.is_none() {
+                return Ok(f.clone());
+            }
         }
         if st.cases.len() == CASE_FILES_KEPT {
             if let Some((_, old)) = st.cases.pop_front() {
@@ -169,15 +178,50 @@ impl WorkerRunner {
             .dir
             .path()
             .join(format!("case-{}.safetensors", st.files));
-        let meta = CaseMeta {
-            case_id: Some(req.case_id.to_string()),
-            seed: None,
-            cache_layout: req.problem.layout,
-        };
-        write_case(&file, req.problem, &meta).map_err(|e| e.to_string())?;
+        match req.case_file {
+            Some(from) => copy_read_only(from, &file)
+                .map_err(|e| format!("cannot copy case file {}: {e}", from.display()))?,
+            None => {
+                let meta = CaseMeta {
+                    case_id: Some(req.case_id.to_string()),
+                    seed: None,
+                    cache_layout: req.problem.layout,
+                };
+                write_case(&file, req.problem, &meta).map_err(|e| e.to_string())?;
+                let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444));
+            }
+        }
         st.cases.push_back((req.case_id.to_string(), file.clone()));
         Ok(file)
     }
+}
+
+/// Copy the regular file `from` (the user's case file, already read and checked) to the new
+/// file `to`, created read-only.
+fn copy_read_only(from: &Path, to: &Path) -> std::io::Result<()> {
+    let (file, _) = open_regular(from)?;
+    let bytes = read_limited(file, relattn_reference::limits::max_case_bytes())?;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(to)?;
+    out.write_all(&bytes)
+}
+
+/// Copy `from`, a file a worker could have replaced, to `to` in a report: only a regular file
+/// is read (never through a symbolic link, never a FIFO or a device), at most `limit` bytes.
+fn copy_worker_file(from: &Path, to: &Path, limit: u64) -> std::io::Result<u64> {
+    let (file, len) = open_regular_nofollow(from)?;
+    if len > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{} MiB", len >> 20),
+        ));
+    }
+    let bytes = read_limited(file, limit)?;
+    write_atomic(to, |w| w.write_all(&bytes))?;
+    Ok(bytes.len() as u64)
 }
 
 impl Runner for WorkerRunner {
@@ -240,7 +284,7 @@ impl Runner for WorkerRunner {
         };
         let p = req.problem;
         let shape = [p.total_rows(), p.num_heads, p.head_dim];
-        let out = read_impl_output(&out, shape)
+        let out = read_worker_output(&out, shape)
             .map_err(|e| RunError::Other(format!("the worker's output: {e}")))?;
         Ok(RunOutput {
             padding_intact: relattn_reference::judge::padding_is_nan(p, &out),
@@ -259,7 +303,7 @@ impl Runner for WorkerRunner {
         if id != trial {
             return None;
         }
-        std::fs::create_dir_all(dir).ok()?;
+        relattn_reference::files::create_dir_nofollow(dir).ok()?;
         let stem = trial.replace("::", "-");
         let mut kept = Kept::default();
         let mut held = folder_bytes(dir);
@@ -267,10 +311,12 @@ impl Runner for WorkerRunner {
             (case, format!("{stem}.case.safetensors"), &mut kept.case),
             (out, format!("{stem}.out.safetensors"), &mut kept.output),
         ] {
-            let Ok(meta) = std::fs::metadata(&from) else {
+            // Absent: the worker wrote no output (it died, or failed before writing).
+            let Ok(meta) = std::fs::symlink_metadata(&from) else {
                 continue;
             };
-            if meta.len() > KEEP_FILE_BYTES || held + meta.len() > KEEP_TOTAL_BYTES {
+            let room = KEEP_TOTAL_BYTES.saturating_sub(held).min(KEEP_FILE_BYTES);
+            if meta.is_file() && meta.len() > room {
                 kept.left_out.push(format!(
                     "{name} ({} MiB: over the {} MiB per file or the {} MiB a report keeps)",
                     meta.len() >> 20,
@@ -280,9 +326,12 @@ impl Runner for WorkerRunner {
                 continue;
             }
             let to = dir.join(&name);
-            if std::fs::copy(&from, &to).is_ok() {
-                held += meta.len();
-                *slot = Some(to);
+            match copy_worker_file(&from, &to, room) {
+                Ok(n) => {
+                    held += n;
+                    *slot = Some(to);
+                }
+                Err(e) => kept.left_out.push(format!("{name} ({e})")),
             }
         }
         Some(kept)
@@ -348,5 +397,78 @@ mod tests {
         }
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         assert_eq!(folder_bytes(dir.path()), KEEP_TOTAL_BYTES - 3);
+    }
+
+    /// A worker whose route answers are `num_splits` = the shape's batch, each written `copies`
+    /// times, echoing the request's id when `echo` is set.
+    fn route_worker(copies: usize, echo: bool) -> WorkerRunner {
+        let script = format!(
+            r#"
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["op"] == "hello":
+        print(json.dumps({{"ok": True, "protocol": 1, "name": "twice", "version": "1",
+                          "device": None, "capability": None, "paths": ["p"]}}), flush=True)
+    elif r["op"] == "route":
+        a = {{"ok": True, "path": "score_mod", "rejected": False, "reason": None,
+             "num_splits": r["shape"]["batch"]}}
+        if {echo}:
+            a["id"] = r.get("id")
+        for _ in range({copies}):
+            print(json.dumps(a), flush=True)
+    else:
+        break
+"#,
+            echo = if echo { "True" } else { "False" }
+        );
+        let spec = WorkerSpec {
+            command: vec!["python3".into(), "-c".into(), script],
+            label: "--worker twice".into(),
+        };
+        WorkerRunner::start(spec, Duration::from_secs(10)).unwrap()
+    }
+
+    fn shape(batch: usize) -> RouteShape {
+        RouteShape {
+            is_local: false,
+            batch,
+            max_query_len: 1,
+            heads: 8,
+            kv_heads: 1,
+            max_kv_len: 1024,
+            page_size: 16,
+            window_left: -1,
+        }
+    }
+
+    #[test]
+    fn a_route_answer_given_twice_is_not_taken_for_the_next() {
+        let w = route_worker(2, true);
+        for batch in 1..=20 {
+            assert_eq!(
+                w.route("9.0", &shape(batch)).unwrap(),
+                RouteAnswer::Routed {
+                    path: "score_mod".into(),
+                    num_splits: Some(batch)
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn route_answers_must_echo_the_id() {
+        let w = route_worker(1, false);
+        let e = w.route("9.0", &shape(1)).unwrap_err();
+        assert!(
+            e.contains("route answer for id none, expected 1")
+                && e.contains("echoes its request's `id`"),
+            "{e}"
+        );
+        // More stale answers than a worker may leave: a protocol violation, not a wrong answer.
+        let w = route_worker(7, true);
+        w.route("9.0", &shape(1)).unwrap();
+        let e = w.route("9.0", &shape(2)).unwrap_err();
+        assert!(e.contains("route answer for id 1, expected 2"), "{e}");
     }
 }

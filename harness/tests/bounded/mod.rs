@@ -115,6 +115,17 @@ pub fn relattn_in(
     stdin: Option<&[u8]>,
     timeout: Duration,
 ) -> Outcome {
+    relattn_with_env(cwd, args, stdin, &[], timeout)
+}
+
+/// [`relattn_in`] with variables added to its environment.
+pub fn relattn_with_env(
+    cwd: &Path,
+    args: &[OsString],
+    stdin: Option<&[u8]>,
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Outcome {
     let bin = env!("CARGO_BIN_EXE_relattn");
     let mut cmd = if have_prlimit() {
         let mut c = Command::new("prlimit");
@@ -126,6 +137,7 @@ pub fn relattn_in(
     cmd.args(args)
         .current_dir(cwd)
         .env("RUST_BACKTRACE", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

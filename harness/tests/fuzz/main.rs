@@ -19,3 +19,4 @@ mod matrices;
 mod processes;
 mod reports;
 mod run;
+mod workers;

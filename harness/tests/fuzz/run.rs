@@ -104,6 +104,18 @@ impl Figures {
     }
 
     pub(crate) fn print(&self) {
+        eprintln!("{}", self.line());
+        if std::env::var_os("RELATTN_FUZZ_REASONS").is_some() {
+            let mut reasons: Vec<(&String, &u32)> = self.reasons.iter().collect();
+            reasons.sort_by(|a, b| b.1.cmp(a.1));
+            for (r, n) in reasons.iter().take(25) {
+                eprintln!("  {n:>5}  {r}");
+            }
+        }
+    }
+
+    /// The one-line figures of this kind.
+    pub(crate) fn line(&self) -> String {
         let codes: Vec<String> = self
             .by_code
             .iter()
@@ -111,7 +123,7 @@ impl Figures {
             .collect();
         let mut slowest = self.slowest_args.clone();
         slowest.truncate(120);
-        eprintln!(
+        format!(
             "fuzz {}: {} inputs ({} corpus + {} generated) in {:.1} s; {}; panics 0, hangs 0; \
              slowest {:.3} s ({slowest}); peak RSS sampled {} KiB, of any child so far {} KiB; \
              memory limit {}",
@@ -132,14 +144,7 @@ impl Figures {
             } else {
                 "none (prlimit missing)".to_string()
             },
-        );
-        if std::env::var_os("RELATTN_FUZZ_REASONS").is_some() {
-            let mut reasons: Vec<(&String, &u32)> = self.reasons.iter().collect();
-            reasons.sort_by(|a, b| b.1.cmp(a.1));
-            for (r, n) in reasons.iter().take(25) {
-                eprintln!("  {n:>5}  {r}");
-            }
-        }
+        )
     }
 }
 

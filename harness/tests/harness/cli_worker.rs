@@ -340,7 +340,11 @@ fn bad_workers_are_usage_errors() {
     python_ready();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
-    let cases: [BadWorker; 6] = [
+    let numpy_again = format!(
+        "python3 {}",
+        repo().join("adapters/numpy_worker.py").display()
+    );
+    let cases: [BadWorker; 10] = [
         (&["--impl", "cudnn"], &[], "unknown --impl `cudnn`"),
         (
             &["--worker", "/nonexistent/worker --x"],
@@ -367,6 +371,27 @@ fn bad_workers_are_usage_errors() {
             &[],
             "not a command line",
         ),
+        // Duplicate names would give two trials one name: refused before any trial.
+        (
+            &["--impl", "numpy,numpy"],
+            &[],
+            "--impl numpy is given twice: name each worker once",
+        ),
+        (
+            &["--impl", "numpy", "--worker", &numpy_again],
+            &[],
+            "both call themselves `numpy`: the names of workers must differ",
+        ),
+        (
+            &["--impl", "faulty"],
+            &[("RELATTN_FAULTY_HELLO", "dup_paths")],
+            "hello lists path `faulty` twice",
+        ),
+        (
+            &["--impl", "faulty"],
+            &[("RELATTN_FAULTY_HELLO", "many_paths")],
+            "hello lists 100000 paths: a worker may list at most 256",
+        ),
     ];
     for (args, env, expected) in cases {
         let mut a = vec![
@@ -381,6 +406,119 @@ fn bad_workers_are_usage_errors() {
         assert!(err.contains(expected), "{args:?}: {err}");
         assert!(started.elapsed().as_secs() < 10, "{args:?}");
     }
+}
+
+#[test]
+fn worker_trials_count_towards_the_trial_limit() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    // 256 paths on every case of the nightly tier: millions of trials, refused before any (its
+    // largest cases pass the case-size limit of this machine, but none is generated).
+    let out = relattn_env(
+        &[
+            "--max-case-bytes",
+            "64G",
+            "run",
+            "--matrix",
+            "nightly",
+            "--impl",
+            "faulty",
+            "--paths",
+            "none",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("RELATTN_FAULTY_HELLO", "paths:256")],
+    );
+    no_panic(&out);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("trials (") && err.contains("over the limit of 1000000: select fewer cases"),
+        "{err}"
+    );
+    assert!(!dir.path().join("cpu/results.jsonl").exists());
+}
+
+#[test]
+fn exec_hands_the_worker_a_copy_of_the_case_file() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let problem = generate(&GenSpec::global(4, 2, vec![(5, 40), (0, 7)], 3)).unwrap();
+    let case = dir.path().join("case.safetensors");
+    write_case(&case, &problem, &CaseMeta::of(&problem)).unwrap();
+    let before = std::fs::read(&case).unwrap();
+    let out_file = dir.path().join("out.safetensors");
+    let out = relattn_env(
+        &[
+            "exec",
+            "--impl",
+            "faulty",
+            "--path",
+            "faulty",
+            "--input",
+            case.to_str().unwrap(),
+            "--output",
+            out_file.to_str().unwrap(),
+        ],
+        &[("RELATTN_FAULTY_OVERWRITE", "exec::")],
+    );
+    no_panic(&out);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read(&case).unwrap(),
+        before,
+        "the worker wrote to the user's case file"
+    );
+}
+
+#[test]
+fn a_worker_that_ends_its_process_group_ends_only_itself() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    // `kill 0` from the worker's exit trap, when relattn says bye: in relattn's process group
+    // this ended relattn (exit 143) before it wrote its report.
+    let wrapper = format!(
+        "bash -c 'trap \"kill 0\" EXIT; python3 {}'",
+        repo().join("adapters/faulty_worker.py").display()
+    );
+    let matrix = repo().join("harness/tests/data/faulty.toml");
+    let out = relattn_env(
+        &[
+            "run",
+            "--matrix",
+            matrix.to_str().unwrap(),
+            "--worker",
+            &wrapper,
+            "--paths",
+            "none",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        // And one trial ends the worker's group mid-run.
+        &[("RELATTN_FAULTY_KILL0", "::decode::")],
+    );
+    no_panic(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let rows = worker_rows(dir.path());
+    assert_eq!(rows.len(), 9);
+    for r in &rows {
+        let trial = r["trial"].as_str().unwrap();
+        if trial.contains("::decode::") {
+            assert_eq!(r["status"], "error");
+            assert!(
+                r["message"].as_str().unwrap().contains("closed its stdout"),
+                "{r}"
+            );
+        } else {
+            assert_eq!(r["status"], "pass", "{r}");
+        }
+    }
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("cpu/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["complete"], true);
 }
 
 #[test]
