@@ -107,6 +107,7 @@ fn handle_signals() {
         let installed = ctrlc::set_handler(|| {
             if STOP.swap(true, Ordering::SeqCst) {
                 eprintln!("relattn run: second interrupt, stopping now");
+                crate::worker::end_all();
                 std::process::exit(130);
             }
             eprintln!(

@@ -2,11 +2,13 @@
 //! (`adapters/PROTOCOL.md`): `--worker "<command line>"` for any worker, `--impl NAME` for the
 //! ones this project ships under `adapters/`.
 
+mod live;
 pub mod process;
 pub mod protocol;
 pub mod runner;
 pub mod text;
 
+pub use live::end_all;
 pub use runner::WorkerRunner;
 
 use std::path::{Path, PathBuf};

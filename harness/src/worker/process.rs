@@ -125,9 +125,11 @@ impl Process {
                 }
             }
         });
+        let group = Pid::from_child(&child);
+        super::live::add_group(group);
         Ok(Process {
             stdin: child.stdin.take(),
-            group: Pid::from_child(&child),
+            group,
             sent_ids: VecDeque::new(),
             ended: false,
             child,
@@ -236,6 +238,7 @@ impl Process {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
+        super::live::remove_group(self.group);
         self.stdin.take();
         let _ = kill_process_group(self.group, Signal::TERM);
         let term_deadline = Instant::now() + TERM_GRACE;

@@ -78,6 +78,7 @@ impl WorkerRunner {
             .prefix("relattn-worker-")
             .tempdir()
             .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
+        super::live::add_folder(dir.path());
         Ok(WorkerRunner {
             spec,
             hello,
@@ -376,6 +377,7 @@ impl Drop for WorkerRunner {
         if let Some(p) = st.process.take() {
             p.close();
         }
+        super::live::remove_folder(self.dir.path());
     }
 }
 

@@ -150,3 +150,59 @@ fn a_signal_mid_run_leaves_an_incomplete_report_that_resume_completes() {
         eprintln!("fuzz signals: {signal} mid-run: exit 1, INCOMPLETE report, no lock, no temporary files");
     }
 }
+
+/// Processes whose environment names `needle` (a run's own TMPDIR, which its workers inherit).
+fn processes_with_env(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(needle))
+        })
+        .collect()
+}
+
+/// A second interrupt ends the run at once (exit 130), and its workers and their case folders
+/// with it: exiting skips the drops that end them otherwise.
+#[test]
+fn a_second_interrupt_ends_the_run_and_its_workers_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("second-interrupt-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let out = dir.path().join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let args = [
+        "run", "--matrix", "smoke", "--impl", "numpy", "--out", &out_s,
+    ];
+    let child = start(&args, &tmp);
+    let rows = out.join("cpu/results.jsonl");
+    let waited = Instant::now();
+    while std::fs::metadata(&rows).map_or(0, |m| m.len()) == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(60), "no row written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    kill(pid, Signal::SIGINT).unwrap();
+    let ended = finish(child, Duration::from_secs(30));
+    let err = text(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(130), "{err}");
+    assert!(err.contains("second interrupt"), "{err}");
+    let needle = tmp.to_string_lossy().into_owned();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !processes_with_env(&needle).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        processes_with_env(&needle),
+        Vec::<u32>::new(),
+        "workers outlived the run"
+    );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left {left:?} in TMPDIR");
+}
