@@ -15,5 +15,6 @@ mod bounded;
 mod cases;
 mod command_lines;
 mod matrices;
+mod report_files;
 mod reports;
 mod run;
