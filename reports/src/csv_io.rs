@@ -101,17 +101,20 @@ fn write_records(
     Ok(())
 }
 
-/// Reads results.csv back, each row with its line. A parameter cell [`ABSENT_CELL`] means the
-/// row lacked that parameter; an empty cell is an empty value.
-pub(crate) fn read_csv(path: &Path) -> Result<Vec<(u64, Row)>, ReportError> {
+/// Reads results.csv back from `file` (opened from `path`, named in errors), each row with its
+/// line, streaming. A parameter cell [`ABSENT_CELL`] means the row lacked that parameter; an
+/// empty cell is an empty value.
+pub(crate) fn read_csv(
+    path: &Path,
+    file: impl std::io::Read,
+) -> Result<Vec<(u64, Row)>, ReportError> {
     let csv_err = |source| ReportError::Csv {
         path: path.to_path_buf(),
         source,
     };
     let mut rd = csv::ReaderBuilder::new()
         .has_headers(true)
-        .from_path(path)
-        .map_err(csv_err)?;
+        .from_reader(file);
     let header = rd.headers().map_err(csv_err)?.clone();
     let bad = |line: u64, message: String| ReportError::BadCsv {
         path: path.to_path_buf(),

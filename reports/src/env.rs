@@ -41,7 +41,7 @@ pub struct Environment {
 }
 
 /// One NVRTC compile-only check.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CompileCheck {
     /// "sm_90a", "sm_100", ...
     pub arch: String,

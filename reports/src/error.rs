@@ -2,15 +2,16 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong reading, writing, merging or diffing reports.
+/// Everything that can go wrong reading, writing, merging or diffing reports. Each message
+/// includes its cause, which is therefore not also given as `source()`: printed as a chain
+/// (`{:#}`), the cause would appear twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("cannot {action} {path}: {source}")]
+    #[error("cannot {action} {path}: {cause}")]
     Io {
         action: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: line {line}: not a report row: {source}")]
     JsonLine {
@@ -18,6 +19,15 @@ pub enum ReportError {
         line: usize,
         #[source]
         source: serde_json::Error,
+    },
+    #[error(
+        "{path}: line {line} is longer than {limit} bytes, longer than any report row: not a \
+         report written by relattn"
+    )]
+    LongLine {
+        path: PathBuf,
+        line: usize,
+        limit: usize,
     },
     #[error("{path}: not valid JSON for a report: {source}")]
     Json {
@@ -105,9 +115,9 @@ pub(crate) fn io(
     path: impl Into<PathBuf>,
 ) -> impl FnOnce(std::io::Error) -> ReportError {
     let path = path.into();
-    move |source| ReportError::Io {
+    move |cause| ReportError::Io {
         action,
         path,
-        source,
+        cause,
     }
 }

@@ -19,9 +19,11 @@ fn wall_time(r: &Row) -> Option<Duration> {
         .and_then(|ms| Duration::try_from_secs_f64(ms / 1e3).ok())
 }
 
-/// Text XML 1.0 can hold: quick-junit drops the C0 controls; U+FFFE and U+FFFF become U+FFFD.
+/// Text XML 1.0 can hold, and a CI page can show: control characters (which quick-junit
+/// would drop, ESC but not the rest of its sequence, and not C1 controls or a carriage return)
+/// are written as visible escapes; U+FFFE and U+FFFF become U+FFFD.
 fn xml_text(text: &str) -> String {
-    text.replace(['\u{FFFE}', '\u{FFFF}'], "\u{FFFD}")
+    crate::text::visible(text).replace(['\u{FFFE}', '\u{FFFF}'], "\u{FFFD}")
 }
 
 /// The details under a failure: the figures that judged it, then the message.

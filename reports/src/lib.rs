@@ -25,6 +25,7 @@ mod plot;
 mod roofline;
 mod row;
 mod summary;
+mod text;
 mod writer;
 
 pub use csv_io::{ABSENT_CELL, FIXED_COLUMNS};
@@ -34,12 +35,13 @@ pub use diff::{
 };
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
-pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES};
+pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES, MAX_ROW_LINE_BYTES};
 pub use merge::merge;
 pub use plot::{existing_plots, report_plots, write_plots, PLOTS_DIR, RATIO_FLOOR, REPORT_PLOTS};
 pub use roofline::{roofline, RooflinePoint};
 pub use row::{Row, Status};
 pub use summary::{median, PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
+pub use text::{one_line, visible};
 pub use writer::{now, ReportWriter};
 
 use std::path::Path;
@@ -73,6 +75,11 @@ pub fn plot(dir: &Path) -> Result<Vec<(std::path::PathBuf, Vec<&'static str>)>, 
     let report = load(dir)?;
     let mut out = Vec::new();
     for a in report.archs.values() {
+        // The directory given may be a link; an architecture directory inside it may not.
+        if a.dir != report.root {
+            relattn_reference::files::create_dir_nofollow(&a.dir)
+                .map_err(error::io("write into", &a.dir))?;
+        }
         let plots = write_plots(&a.dir, &a.rows)?;
         writer::write_atomic(
             &a.dir.join(SUMMARY_MD),

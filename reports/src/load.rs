@@ -7,9 +7,11 @@ use crate::row::Row;
 use crate::summary::Summary;
 use crate::writer::is_arch_name;
 use crate::{RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON};
+use relattn_reference::files;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// One architecture's report as read from disk.
@@ -68,7 +70,7 @@ struct Header {
 fn is_arch_dir(dir: &Path) -> bool {
     [RESULTS_JSONL, RESULTS_CSV, SUMMARY_JSON]
         .iter()
-        .any(|f| dir.join(f).is_file())
+        .any(|f| present(&dir.join(f)))
 }
 
 /// Reads a report: either `dir` is one architecture directory (it holds results.jsonl,
@@ -111,9 +113,14 @@ pub fn load(dir: &Path) -> Result<Report, ReportError> {
 /// a merged nightly report.
 pub const MAX_REPORT_FILE_BYTES: u64 = 1 << 30;
 
-/// Refuse a file over [`MAX_REPORT_FILE_BYTES`] before reading it.
-fn check_size(path: &Path) -> Result<(), ReportError> {
-    let bytes = fs::metadata(path).map_err(io("read", path))?.len();
+/// Longest line of results.jsonl: a row is a few kilobytes, its message included.
+pub const MAX_ROW_LINE_BYTES: usize = 16 << 20;
+
+/// Opens a report file: a regular file (a link to one is followed, as inputs may be links), at
+/// most [`MAX_REPORT_FILE_BYTES`] long; a FIFO, device or directory is refused without being
+/// read. The reader stops at the limit even if the file grows while it is read.
+fn open_report_file(path: &Path) -> Result<std::io::Take<fs::File>, ReportError> {
+    let (file, bytes) = files::open_regular(path).map_err(io("read", path))?;
     if bytes > MAX_REPORT_FILE_BYTES {
         return Err(ReportError::TooLarge {
             path: path.to_path_buf(),
@@ -121,12 +128,13 @@ fn check_size(path: &Path) -> Result<(), ReportError> {
             limit: MAX_REPORT_FILE_BYTES,
         });
     }
-    Ok(())
+    Ok(file.take(MAX_REPORT_FILE_BYTES))
 }
 
-fn read_text(path: &Path) -> Result<String, ReportError> {
-    check_size(path)?;
-    fs::read_to_string(path).map_err(io("read", path))
+/// Whether anything (of any type, a dangling link included) is at `path`, so that a report
+/// file that is not a regular file is refused by name instead of passed over.
+fn present(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
 }
 
 /// Reads one architecture directory. Rows come from results.jsonl when present (exact, and
@@ -135,9 +143,12 @@ fn read_text(path: &Path) -> Result<String, ReportError> {
 /// trial may appear twice.
 pub fn load_arch(dir: &Path) -> Result<ArchReport, ReportError> {
     let summary_path = dir.join(SUMMARY_JSON);
-    let header = if summary_path.is_file() {
-        let text = read_text(&summary_path)?;
-        serde_json::from_str::<Header>(&text).map_err(|source| ReportError::Json {
+    let header = if present(&summary_path) {
+        let mut text = Vec::new();
+        open_report_file(&summary_path)?
+            .read_to_end(&mut text)
+            .map_err(io("read", &summary_path))?;
+        serde_json::from_slice::<Header>(&text).map_err(|source| ReportError::Json {
             path: summary_path.clone(),
             source,
         })?
@@ -150,12 +161,11 @@ pub fn load_arch(dir: &Path) -> Result<ArchReport, ReportError> {
     };
     let jsonl = dir.join(RESULTS_JSONL);
     let csv = dir.join(RESULTS_CSV);
-    let (rows, torn, rows_path) = if jsonl.is_file() {
+    let (rows, torn, rows_path) = if present(&jsonl) {
         let (rows, torn) = read_jsonl(&jsonl)?;
         (rows, torn, jsonl)
-    } else if csv.is_file() {
-        check_size(&csv)?;
-        (read_csv(&csv)?, false, csv)
+    } else if present(&csv) {
+        (read_csv(&csv, open_report_file(&csv)?)?, false, csv)
     } else {
         (Vec::new(), false, jsonl)
     };
@@ -192,7 +202,8 @@ pub(crate) fn unique_trials(path: &Path, rows: Vec<(u64, Row)>) -> Result<Vec<Ro
         if let Some(&first) = seen.get(row.trial.as_str()) {
             return Err(ReportError::DuplicateTrial {
                 path: path.to_path_buf(),
-                trial: row.trial.clone(),
+                // Named in a message printed to a terminal.
+                trial: crate::text::visible(&row.trial).into_owned(),
                 first,
                 second: *line,
             });
@@ -203,33 +214,67 @@ pub(crate) fn unique_trials(path: &Path, rows: Vec<(u64, Row)>) -> Result<Vec<Ro
     Ok(rows.into_iter().map(|(_, row)| row).collect())
 }
 
-/// Reads results.jsonl, each row with its line. A last line without its newline that does not
-/// parse is the row being written when the run was killed: it is dropped and reported as
-/// `torn`. An empty `first_bad` reads as none, as results.csv gives it.
+/// Consumes the whitespace at the reader's position, a buffer at a time; returns the number of
+/// newlines passed. Blank lines cost a byte scan each, not a line read.
+fn skip_blank(reader: &mut impl BufRead) -> std::io::Result<usize> {
+    let mut newlines = 0;
+    loop {
+        let buf = reader.fill_buf()?;
+        let blank = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        newlines += buf[..blank].iter().filter(|&&b| b == b'\n').count();
+        let more = blank == buf.len() && blank > 0;
+        reader.consume(blank);
+        if !more {
+            return Ok(newlines);
+        }
+    }
+}
+
+/// Reads results.jsonl, each row with its line, streaming: memory grows with the rows, not
+/// with the file (blank lines are skipped without being kept, and a line longer than
+/// [`MAX_ROW_LINE_BYTES`] is refused). A last line without its newline that does not parse is
+/// the row being written when the run was killed: it is dropped and reported as `torn`. An
+/// empty `first_bad` reads as none, as results.csv gives it.
 pub(crate) fn read_jsonl(path: &Path) -> Result<(Vec<(u64, Row)>, bool), ReportError> {
-    let text = read_text(path)?;
-    let ends_cleanly = text.is_empty() || text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut rows = Vec::with_capacity(lines.len());
-    let mut torn = false;
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
+    let mut reader = BufReader::new(open_report_file(path)?);
+    let mut rows = Vec::new();
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        number += skip_blank(&mut reader).map_err(io("read", path))?;
+        line.clear();
+        let read = (&mut reader)
+            .take(MAX_ROW_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(io("read", path))?;
+        if read == 0 {
+            return Ok((rows, false));
+        }
+        number += 1;
+        if line.len() > MAX_ROW_LINE_BYTES {
+            return Err(ReportError::LongLine {
+                path: path.to_path_buf(),
+                line: number,
+                limit: MAX_ROW_LINE_BYTES,
+            });
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_str::<Row>(line) {
+        match serde_json::from_slice::<Row>(&line) {
             Ok(mut r) => {
                 r.first_bad = r.first_bad.filter(|s| !s.is_empty());
-                rows.push((i as u64 + 1, r));
+                rows.push((number as u64, r));
             }
-            Err(_) if i + 1 == lines.len() && !ends_cleanly => torn = true,
+            // Only the file's last line can lack its newline.
+            Err(_) if !line.ends_with(b"\n") => return Ok((rows, true)),
             Err(source) => {
                 return Err(ReportError::JsonLine {
                     path: path.to_path_buf(),
-                    line: i + 1,
+                    line: number,
                     source,
                 })
             }
         }
     }
-    Ok((rows, torn))
 }

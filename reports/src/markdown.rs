@@ -3,6 +3,7 @@
 use crate::plot::{PLOTS_DIR, REPORT_PLOTS};
 use crate::row::{short_float, Row, Status};
 use crate::summary::{cmp_ratio, worst_ratio, StatusCounts, Summary};
+use crate::text::{one_line, visible};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -20,9 +21,10 @@ fn counts_text(c: &StatusCounts) -> String {
     )
 }
 
-/// Table cells must not break the row: pipes escaped, newlines folded.
+/// Table cells must not break the row: pipes escaped, newlines folded, control characters
+/// escaped.
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+    one_line(&text.replace('|', "\\|").replace('\r', " "))
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -39,7 +41,7 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
         " (INCOMPLETE: interrupted, still running, or shards missing)"
     };
     let _ = writeln!(s, "# relattn report: {}{state}\n", summary.arch);
-    let _ = writeln!(s, "- Machine: {}", env.machine_line());
+    let _ = writeln!(s, "- Machine: {}", one_line(&env.machine_line()));
     let mut run = Vec::new();
     for (label, v) in [
         ("relattn revision", &env.relattn_revision),
@@ -51,7 +53,7 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
         ("finished", &env.finished),
     ] {
         if let Some(v) = v {
-            run.push(format!("{label} {v}"));
+            run.push(format!("{label} {}", one_line(v)));
         }
     }
     if !run.is_empty() {
@@ -108,7 +110,9 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
     for (path, prs) in &by_path {
         path_section(&mut s, summary, path, prs);
     }
-    s
+    // Every field above is escaped where it is written; this pass keeps any text a later
+    // change forgets from reaching a terminal raw.
+    visible(&s).into_owned()
 }
 
 fn plots_line(s: &mut String, plots: &[&str]) {
@@ -137,8 +141,8 @@ fn compile_section(s: &mut String, summary: &Summary) {
         let _ = writeln!(
             s,
             "- `{}` for `{}`: {}",
-            c.program,
-            c.arch,
+            cell(&c.program),
+            cell(&c.arch),
             cell(&c.message)
         );
     }
@@ -151,7 +155,7 @@ fn path_section(s: &mut String, summary: &Summary, path: &str, rows: &[&Row]) {
     let Some(ps) = summary.by_path.get(path) else {
         return;
     };
-    let _ = writeln!(s, "## Path `{path}`: {}\n", counts_text(&ps.counts));
+    let _ = writeln!(s, "## Path `{}`: {}\n", cell(path), counts_text(&ps.counts));
     let _ = writeln!(
         s,
         "| layer | pass | fail | skip | error | worst ratio | worst trial |"
@@ -252,8 +256,13 @@ fn failures(s: &mut String, rows: &[&Row]) {
             _ => String::new(),
         };
         // Continuation lines indented so a multi-line message stays inside its list item.
-        let message = r.message.trim_end().replace('\n', "\n  ");
-        let _ = writeln!(s, "- `{}` ({}){figures}: {message}", r.trial, r.status);
+        let message = visible(r.message.trim_end()).replace('\n', "\n  ");
+        let _ = writeln!(
+            s,
+            "- `{}` ({}){figures}: {message}",
+            cell(&r.trial),
+            r.status
+        );
     }
     if bad.len() > MAX_FAILURES_LISTED {
         let _ = writeln!(

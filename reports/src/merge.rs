@@ -5,7 +5,8 @@ use crate::error::ReportError;
 use crate::load::{load, ArchReport, Report};
 use crate::row::Row;
 use crate::writer::write_outputs;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
 /// Merges the reports in `dirs` into `out`: architecture directories of the same name are merged,
@@ -99,7 +100,8 @@ fn merge_rows(arch: &str, parts: &[&ArchReport]) -> Result<Vec<Row>, ReportError
                 if let Some(field) = conflicting_field(first, row) {
                     return Err(ReportError::Conflict {
                         arch: arch.to_string(),
-                        trial: row.trial.clone(),
+                        // Named in a message printed to a terminal.
+                        trial: crate::text::visible(&row.trial).into_owned(),
                         field,
                         first: first_dir.to_path_buf(),
                         second: part.dir.clone(),
@@ -160,27 +162,50 @@ pub(crate) fn shard_gap(parts: &[&ArchReport]) -> Option<String> {
         ));
     }
     let n = counts[0];
-    let missing: Vec<String> = (1..=n)
-        .filter(|k| !parsed.iter().any(|(pk, _)| pk == k))
-        .map(|k| format!("{k}/{n}"))
-        .collect();
-    if missing.is_empty() {
+    let present: BTreeSet<u64> = parsed.iter().map(|(k, _)| *k).collect();
+    let missing = n - present.len() as u64;
+    if missing == 0 {
         return None;
     }
+    // The missing shards as ranges between the present ones, never one by one: N comes from
+    // the inputs and may be a billion.
     const LISTED: usize = 20;
-    let mut list = missing
+    let mut ranges = Vec::new();
+    let mut next = 1;
+    for &k in present.iter().chain(std::iter::once(&(n + 1))) {
+        if k > next {
+            ranges.push((next, k - 1));
+        }
+        next = k + 1;
+        if ranges.len() > LISTED {
+            break;
+        }
+    }
+    let mut list = ranges
         .iter()
         .take(LISTED)
-        .cloned()
+        .map(|&(a, b)| match a == b {
+            true => format!("{a}/{n}"),
+            false => format!("{a}/{n} to {b}/{n}"),
+        })
         .collect::<Vec<_>>()
         .join(", ");
-    if missing.len() > LISTED {
-        list.push_str(&format!(" and {} more", missing.len() - LISTED));
+    if ranges.len() > LISTED {
+        list.push_str(", and more");
     }
     Some(format!(
-        "{} of {n} shards missing ({list}): the merged report does not cover the shard set",
-        missing.len()
+        "{missing} of {n} shards missing ({list}): the merged report does not cover the shard set"
     ))
+}
+
+/// `items` without repeats, in first-seen order; hashed, so that merging inputs with long
+/// lists (of notes, seeds, compile checks) stays linear.
+fn unique_in_order<T: Eq + Hash + Clone>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut seen = HashSet::new();
+    items
+        .into_iter()
+        .filter(|x| seen.insert(x.clone()))
+        .collect()
 }
 
 fn push_unique<T: PartialEq>(list: &mut Vec<T>, item: T) {
@@ -203,28 +228,22 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
     let mut revisions = Vec::new();
     let mut gpus = Vec::new();
     let mut merged_from = Vec::new();
+    let (mut seeds, mut notes, mut checks) = (Vec::new(), Vec::new(), Vec::new());
     for p in parts {
         let e = &p.environment;
-        if let Some(s) = &e.shard {
-            push_unique(&mut shards, s.clone());
-        }
-        if let Some(r) = e.relattn_revision.as_ref().or(e.git_revision.as_ref()) {
-            push_unique(&mut revisions, r.clone());
-        }
-        if let Some(g) = &e.gpu_name {
-            push_unique(&mut gpus, g.clone());
-        }
+        shards.extend(e.shard.clone());
+        revisions.extend(
+            e.relattn_revision
+                .as_ref()
+                .or(e.git_revision.as_ref())
+                .cloned(),
+        );
+        gpus.extend(e.gpu_name.clone());
         env.started = min_opt(env.started.take(), e.started.clone());
         env.finished = max_opt(env.finished.take(), e.finished.clone());
-        for s in &e.seeds {
-            push_unique(&mut env.seeds, *s);
-        }
-        for n in &e.notes {
-            push_unique(&mut env.notes, n.clone());
-        }
-        for c in &e.compile_checks {
-            push_unique(&mut env.compile_checks, c.clone());
-        }
+        seeds.extend_from_slice(&e.seeds);
+        notes.extend(e.notes.iter().cloned());
+        checks.extend(e.compile_checks.iter().cloned());
         merged_from.push(serde_json::json!({
             "dir": p.dir.display().to_string(),
             "shard": e.shard,
@@ -236,7 +255,16 @@ fn merge_environment(parts: &[&ArchReport]) -> Environment {
             "rows": p.rows.len(),
         }));
     }
-    env.seeds.sort_unstable();
+    seeds.sort_unstable();
+    seeds.dedup();
+    env.seeds = seeds;
+    env.notes = unique_in_order(notes);
+    env.compile_checks = unique_in_order(checks);
+    let (shards, revisions, gpus) = (
+        unique_in_order(shards),
+        unique_in_order(revisions),
+        unique_in_order(gpus),
+    );
     env.shard = (!shards.is_empty()).then(|| shards.join(","));
     if revisions.len() > 1 {
         push_unique(

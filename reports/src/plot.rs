@@ -361,7 +361,9 @@ pub fn write_plots(arch_dir: &Path, rows: &[Row]) -> Result<Vec<&'static str>, R
         message,
     })?;
     if !plots.is_empty() {
-        std::fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+        // Never a link: the plots would be written wherever it points.
+        relattn_reference::files::create_dir_nofollow(&dir)
+            .map_err(io("create directory", &dir))?;
     }
     for (file, svg) in &plots {
         crate::writer::write_atomic(&dir.join(file), svg.as_bytes())?;
@@ -375,8 +377,19 @@ pub(crate) fn remove_plots(
     arch_dir: &Path,
     stale: impl Fn(&str) -> bool,
 ) -> Result<(), ReportError> {
+    let dir = arch_dir.join(PLOTS_DIR);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // A link (or anything else) named plots/: files are never removed through it.
+        Ok(_) => {
+            return relattn_reference::files::create_dir_nofollow(&dir)
+                .map_err(io("remove the plots in", &dir))
+        }
+        Err(e) => return Err(io("remove the plots in", &dir)(e)),
+    }
     for (file, _, _) in REPORT_PLOTS.iter().filter(|p| stale(p.0)) {
-        let p = arch_dir.join(PLOTS_DIR).join(file);
+        let p = dir.join(file);
         match std::fs::remove_file(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -391,7 +404,10 @@ pub fn existing_plots(arch_dir: &Path) -> Vec<&'static str> {
     REPORT_PLOTS
         .iter()
         .map(|p| p.0)
-        .filter(|f| arch_dir.join(PLOTS_DIR).join(f).is_file())
+        .filter(|f| {
+            // Real files only: a link in plots/ is not a plot relattn drew.
+            std::fs::symlink_metadata(arch_dir.join(PLOTS_DIR).join(f)).is_ok_and(|m| m.is_file())
+        })
         .collect()
 }
 

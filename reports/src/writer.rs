@@ -10,6 +10,7 @@ use crate::{JUNIT_XML, RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON, SUMMARY_MD};
 use relattn_reference::files;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Writes one architecture's report directory, `DIR/<arch>/`.
@@ -60,18 +61,13 @@ impl ReportWriter {
     ) -> Result<ReportWriter, ReportError> {
         check_arch_name(arch_dir_name)?;
         let arch_dir = dir.join(arch_dir_name);
-        fs::create_dir_all(&arch_dir).map_err(io("create directory", &arch_dir))?;
+        files::create_dir_nofollow(&arch_dir).map_err(io("create directory", &arch_dir))?;
         // Files of an earlier run in the same place would contradict the new rows.
         remove_final_files(&arch_dir)?;
         let started = Summary::of(arch_dir_name, env.clone(), &[], false);
         write_json(&arch_dir.join(SUMMARY_JSON), &started)?;
         let log_path = arch_dir.join(RESULTS_JSONL);
-        let log = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&log_path)
-            .map_err(io("create", &log_path))?;
+        let log = open_log(&log_path, true).map_err(io("create", &log_path))?;
         Ok(ReportWriter {
             dir: arch_dir,
             arch: arch_dir_name.to_string(),
@@ -92,7 +88,10 @@ impl ReportWriter {
     ) -> Result<(ReportWriter, Vec<Row>), ReportError> {
         check_arch_name(arch_dir_name)?;
         let arch_dir = dir.join(arch_dir_name);
+        files::create_dir_nofollow(&arch_dir).map_err(io("open directory", &arch_dir))?;
         let log_path = arch_dir.join(RESULTS_JSONL);
+        // The rows are rewritten in place: a link is refused before it is read.
+        files::check_output_path(&log_path).map_err(io("open", &log_path))?;
         let rows = if log_path.is_file() {
             let (rows, _torn) = crate::load::read_jsonl(&log_path)?;
             crate::load::unique_trials(&log_path, rows)?
@@ -113,10 +112,7 @@ impl ReportWriter {
         write_atomic(&log_path, text.as_bytes())?;
         let started = Summary::of(arch_dir_name, env.clone(), &rows, false);
         write_json(&arch_dir.join(SUMMARY_JSON), &started)?;
-        let log = OpenOptions::new()
-            .append(true)
-            .open(&log_path)
-            .map_err(io("open", &log_path))?;
+        let log = open_log(&log_path, false).map_err(io("open", &log_path))?;
         Ok((
             ReportWriter {
                 dir: arch_dir,
@@ -176,6 +172,38 @@ impl ReportWriter {
     }
 }
 
+/// Opens results.jsonl to append rows to, created if missing (and emptied when `truncate`). It
+/// must be a regular file, and is never opened through a symbolic link (`O_NOFOLLOW`): a link
+/// left in a report folder would send the rows elsewhere, or create a file at its target. A
+/// FIFO is refused without waiting for a reader (`O_NONBLOCK`), and nothing is truncated before
+/// the file is known to be a regular one.
+fn open_log(path: &Path, truncate: bool) -> std::io::Result<File> {
+    files::check_output_path(path)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "it is a symbolic link: relattn writes only new files or regular files",
+            ),
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is not a regular file: relattn writes only new files or regular files",
+        ));
+    }
+    if truncate {
+        file.set_len(0)?;
+    }
+    Ok(file)
+}
+
 /// Removes the files written when a run finishes (results.csv, summary.md, junit.xml, the plots).
 fn remove_final_files(arch_dir: &Path) -> Result<(), ReportError> {
     for stale in [RESULTS_CSV, SUMMARY_MD, JUNIT_XML] {
@@ -218,7 +246,7 @@ pub(crate) fn write_outputs(
     complete: bool,
     with_jsonl: bool,
 ) -> Result<Summary, ReportError> {
-    fs::create_dir_all(arch_dir).map_err(io("create directory", arch_dir))?;
+    files::create_dir_nofollow(arch_dir).map_err(io("create directory", arch_dir))?;
     if with_jsonl {
         let mut text = String::new();
         for r in rows {

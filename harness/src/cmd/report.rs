@@ -187,7 +187,8 @@ fn diff(base: &Path, new: &Path, options: &DiffOptions, json: bool) -> anyhow::R
     if json {
         crate::output::print(&(serde_json::to_string_pretty(&result)? + "\n"))?;
     } else {
-        crate::output::print(&result.render())?;
+        // Trial names and messages come from the rows: never raw control characters.
+        crate::output::print(&relattn_reports::visible(&result.render()))?;
     }
     if result.is_regression() {
         return Err(exit::failed(format!(

@@ -17,6 +17,7 @@ mod command_lines;
 mod files;
 mod matrices;
 mod processes;
+mod report_files;
 mod reports;
 mod run;
 mod workers;

@@ -158,7 +158,22 @@ pub(crate) fn fuzz<S: Strategy>(
 ) where
     S::Value: std::fmt::Debug,
 {
-    let b = budget();
+    fuzz_at_most(figures, kind_seed, u32::MAX, strategy, check)
+}
+
+/// [`fuzz`] with at most `cases` inputs: for a kind whose inputs are few and costly (files of
+/// megabytes), so that it stays within seconds.
+pub(crate) fn fuzz_at_most<S: Strategy>(
+    figures: &Mutex<Figures>,
+    kind_seed: u64,
+    cases: u32,
+    strategy: S,
+    check: impl Fn(&S::Value) -> (Outcome, Option<String>),
+) where
+    S::Value: std::fmt::Debug,
+{
+    let mut b = budget();
+    b.cases = b.cases.min(cases);
     let mut seed = [0u8; 32];
     seed[..8].copy_from_slice(&b.seed.to_le_bytes());
     seed[8..16].copy_from_slice(&kind_seed.to_le_bytes());

@@ -15,6 +15,7 @@ mod cli_limits;
 mod cli_matrix;
 mod cli_reference;
 mod cli_report;
+mod cli_report_files;
 mod cli_resume;
 mod cli_route;
 mod cli_run;

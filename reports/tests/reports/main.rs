@@ -5,4 +5,5 @@ mod diff;
 mod load;
 mod merge;
 mod plot;
+mod untrusted;
 mod writer;
