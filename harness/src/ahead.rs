@@ -4,7 +4,7 @@
 //! tensors prepared but not yet taken by a device thread (the next case always may be prepared,
 //! whatever its size, as a device thread would build it anyway).
 
-use crate::execute::CaseStore;
+use crate::engine::CaseStore;
 use relattn_matrices::Case;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

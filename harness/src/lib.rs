@@ -7,7 +7,7 @@ pub mod case_by_id;
 pub mod case_cache;
 pub mod cmd;
 pub mod coverage;
-pub mod execute;
+pub mod engine;
 pub mod exit;
 pub mod gpu_exec;
 pub mod gpu_status;

@@ -2,7 +2,7 @@
 //! the `cargo test` harness. The GPU decision comes first and the executor (the only thing that
 //! compiles kernels or touches device memory) is created last, only for a usable device.
 
-use crate::execute::Runners;
+use crate::engine::Runners;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use crate::plan::{
     check_trial_count, gpu_trials, reference_trials, routing_trials, worker_trial_count,

@@ -14,7 +14,7 @@
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use relattn_harness::case_cache::CaseCache;
-use relattn_harness::execute::{run_trial, CaseStore};
+use relattn_harness::engine::{run_trial, CaseStore};
 
 use relattn_harness::session::{Session, SessionOptions};
 use relattn_reports::Status;
@@ -182,7 +182,7 @@ fn main() -> ExitCode {
                 Status::Pass => Ok(Completion::Completed),
                 Status::Skip => not_run(&row.message, nextest),
                 Status::Fail | Status::Error => {
-                    Err(Failed::from(relattn_harness::execute::failure_text(&row)))
+                    Err(Failed::from(relattn_harness::engine::failure_text(&row)))
                 }
             }
         })

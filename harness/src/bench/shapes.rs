@@ -2,7 +2,7 @@
 //! one asks for: FLOP counted as 4 x visible (query, key) pairs x D x H, bytes as the K/V bytes the
 //! requests must read, plus the fewest bytes any kernel must move (for the roofline floor).
 
-use crate::execute::kv_bytes;
+use crate::engine::kv_bytes;
 use relattn_reference::gen::{BiasMode, GenSpec};
 use relattn_reference::Problem;
 use serde::{Deserialize, Serialize};

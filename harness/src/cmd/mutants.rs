@@ -2,7 +2,7 @@
 //! that the matrix catches it on every path whose kernels contain it. Each (defect, path) stops
 //! at its first failing trial; cheap cases run first. Exit 1 if any defect survives.
 
-use crate::execute::{run_trial, CaseStore};
+use crate::engine::{CaseStore, Engine};
 use crate::exit;
 use crate::gpu_exec::RealFactory;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
@@ -93,16 +93,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let fb = b.case().map_or(0.0, |c| c.flops());
                 fa.total_cmp(&fb).then_with(|| a.name.cmp(&b.name))
             });
-            let mut caught = None;
-            let mut ran = 0;
-            for t in &trials {
-                ran += 1;
-                let row = run_trial(t, &store, &session.runners(0), &args.matrix);
-                if row.status == Status::Fail {
-                    caught = Some(row);
-                    break;
-                }
-            }
+            let rows = Engine::new(&session)
+                .run_in_order(trials, &store, |row| row.status == Status::Fail);
+            let ran = rows.len();
+            let caught = rows.into_iter().find(|row| row.status == Status::Fail);
             let secs = started.elapsed().as_secs_f64();
             match caught {
                 Some(row) => println!(

@@ -1,22 +1,17 @@
 //! `relattn run`: the main job. Routing checks for every architecture, the reference
 //! self-checks of the matrix and, with a usable GPU, the GPU trials; one report directory.
 
-use crate::ahead::Ahead;
-use crate::execute::{failure_text, run_trial, start_trial, CaseStore, Runners, Step};
+use crate::engine::{failure_text, Engine};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
-use crate::plan::{BoundsCheck, PathSelection, Trial, TrialKind};
+use crate::plan::{BoundsCheck, PathSelection};
 use crate::progress::{Tally, Ticker};
-use crate::runner::Target;
 use crate::session::{ExecutorFactory, Session, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relattn_kernels::capability::{CapabilitySource, NvmlSource};
-use relattn_matrices::{Case, Shard};
-use relattn_reports::{ReportWriter, Row};
-use std::collections::{BTreeMap, VecDeque};
+use relattn_matrices::Shard;
+use relattn_reports::ReportWriter;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -85,47 +80,8 @@ pub struct Args {
     pub processes: usize,
 }
 
-/// Set by the first SIGINT, SIGTERM or SIGHUP: no trial starts after it; the run writes an
-/// INCOMPLETE report.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Threads judging the GPU runs of each device thread.
-const JUDGES_PER_DEVICE: usize = 2;
-
-fn stopping() -> bool {
-    STOP.load(Ordering::SeqCst)
-}
-
-/// SIGINT (Ctrl-C), SIGTERM (a CI runner's timeout or cancel) and SIGHUP (a closed terminal)
-/// stop the run after the trials in flight and leave an INCOMPLETE report that `--resume`
-/// continues; a second one ends the process at once (workers and their temporary files
-/// included). Workers run in process groups of their own, so a terminal's Ctrl-C reaches this
-/// process alone and the trials in flight finish.
-fn handle_signals() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let installed = ctrlc::set_handler(|| {
-            if STOP.swap(true, Ordering::SeqCst) {
-                eprintln!("relattn run: second interrupt, stopping now");
-                crate::worker::end_all();
-                std::process::exit(130);
-            }
-            eprintln!(
-                "relattn run: interrupted (SIGINT, SIGTERM or SIGHUP): finishing the trials in \
-                 flight, then writing an INCOMPLETE report (interrupt again to stop at once)"
-            );
-        });
-        if let Err(e) = installed {
-            eprintln!(
-                "relattn run: cannot handle SIGINT, SIGTERM and SIGHUP ({e}); an interrupt ends \
-                 the run at once"
-            );
-        }
-    });
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
-    handle_signals();
+    crate::engine::on_signals("run");
     share_machine(args.processes)?;
     let libs = crate::gpu_exec::libraries_present();
     let factory = factory(&args);
@@ -308,14 +264,15 @@ pub fn run_with(
     // come first, the checks fill the cores the trials leave idle.
     let checks = wants_compile_checks(&args, session.executor_ref().is_some())
         .then(|| std::thread::spawn(run_compile_checks));
-    execute_all(&session, &done, Some(&failures), args.processes, |row| {
+    let engine = Engine {
+        keep: Some(&failures),
+        processes: args.processes,
+        tally: Some(tally.clone()),
+        ..Engine::new(&session)
+    };
+    engine.run(&done, |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
-        }
-        {
-            let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
-            t.done += 1;
-            *t.counts.entry(row.status.as_str()).or_default() += 1;
         }
         if row.status.is_bad() {
             bar.suspend(|| eprintln!("{}", failure_text(&row)));
@@ -331,7 +288,7 @@ pub fn run_with(
     bar.finish_and_clear();
     // A failed compile check counts like a failing trial. An interrupted run does not wait for
     // them (its report is INCOMPLETE anyway).
-    if let Some(checks) = checks.filter(|_| !stopping()) {
+    if let Some(checks) = checks.filter(|_| !crate::engine::stopping()) {
         tally.lock().unwrap_or_else(|e| e.into_inner()).phase = "compile checks";
         writer.environment_mut().compile_checks = checks.join().unwrap_or_else(|_| {
             vec![relattn_reports::CompileCheck {
@@ -348,7 +305,7 @@ pub fn run_with(
         .extra
         .insert("phases".into(), split.json());
     let dir = writer.dir().to_path_buf();
-    if stopping() {
+    if crate::engine::stopping() {
         let done = writer.rows().len();
         writer.finish_incomplete()?;
         return Err(exit::failed(format!(
@@ -381,150 +338,6 @@ pub fn run_with(
         )));
     }
     Ok(())
-}
-
-/// Run every trial (CPU ones on threads of their own, native GPU ones on one thread per device,
-/// each worker's on one thread) and hand each row to `on_row` (on this thread) as soon as it
-/// finishes. Failing worker trials keep their case and output files under `keep`. The run is
-/// one of `processes` on this machine (its share of the memory for cases prepared ahead).
-fn execute_all(
-    session: &Session,
-    done: &std::collections::HashSet<String>,
-    keep: Option<&std::path::Path>,
-    processes: usize,
-    mut on_row: impl FnMut(Row),
-) {
-    let (tx, rx) = mpsc::channel::<Row>();
-    let trials: Vec<Trial> = session
-        .trials
-        .iter()
-        .filter(|t| !done.contains(&t.name))
-        .cloned()
-        .collect();
-    let store = Arc::new(CaseStore::for_trials(&trials));
-    let (runs, cpu): (Vec<Trial>, Vec<Trial>) = trials
-        .into_iter()
-        .partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
-    // Native trials go to the device threads, each worker's to a thread of its own (a worker
-    // process serves one request at a time).
-    let mut per_worker: Vec<Vec<Trial>> = vec![Vec::new(); session.workers.len()];
-    let mut gpu = Vec::new();
-    for t in runs {
-        match &t.kind {
-            TrialKind::Gpu {
-                target: Target::Worker { worker, .. },
-                ..
-            } if *worker < per_worker.len() => per_worker[*worker].push(t),
-            _ => gpu.push(t),
-        }
-    }
-    let matrix = session.gpu_matrix.clone();
-    std::thread::scope(|scope| {
-        // GPU trials grouped by case, so a case's reference and upload serve all its trials.
-        let mut by_case: BTreeMap<String, Vec<Trial>> = BTreeMap::new();
-        for t in gpu {
-            let id = t.case().map(|c| c.id.clone()).unwrap_or_default();
-            by_case.entry(id).or_default().push(t);
-        }
-        let groups: Vec<Vec<Trial>> = by_case.into_values().collect();
-        // The queue's cases are generated and their references computed on CPU threads of
-        // their own, ahead of the device threads, so the GPU rarely waits (bounded in memory).
-        let cases: Vec<Arc<Case>> = groups
-            .iter()
-            .filter_map(|g| g.first().and_then(Trial::case).cloned())
-            .collect();
-        let (ahead, preparers) = Ahead::for_machine(cases, processes);
-        let ahead = Arc::new(ahead);
-        let queue = Arc::new(Mutex::new(
-            groups.into_iter().enumerate().collect::<VecDeque<_>>(),
-        ));
-        if let Some(exec) = session.executor_ref() {
-            for _ in 0..preparers {
-                let (ahead, store) = (ahead.clone(), store.clone());
-                scope.spawn(move || ahead.work(&store, stopping));
-            }
-            // Device threads run the kernels and leave the judging to threads of their own
-            // (a short queue: a run waiting for its judge holds its output).
-            let (to_judge, judged) = mpsc::sync_channel::<(Trial, Step)>(2 * JUDGES_PER_DEVICE);
-            let judged = Arc::new(Mutex::new(judged));
-            for _ in 0..JUDGES_PER_DEVICE * session.device_count() {
-                let (judged, tx, store, matrix) =
-                    (judged.clone(), tx.clone(), store.clone(), matrix.clone());
-                scope.spawn(move || loop {
-                    let next = judged.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let Ok((t, step)) = next else {
-                        break;
-                    };
-                    let _ = tx.send(step.finish(&t, &store, &Runners::default(), &matrix));
-                });
-            }
-            let mut devices = Vec::new();
-            for slot in 0..session.device_count() {
-                let (queue, to_judge, store, ahead) = (
-                    queue.clone(),
-                    to_judge.clone(),
-                    store.clone(),
-                    ahead.clone(),
-                );
-                devices.push(scope.spawn(move || loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some((index, group)) = next.filter(|_| !stopping()) else {
-                        break;
-                    };
-                    ahead.taken(index);
-                    let runners = Runners::native(Some((exec, slot)));
-                    for t in group {
-                        if stopping() {
-                            break;
-                        }
-                        let step = start_trial(&t, &store, &runners);
-                        let _ = to_judge.send((t, step));
-                    }
-                }));
-            }
-            drop(to_judge);
-            let ahead = ahead.clone();
-            scope.spawn(move || {
-                for d in devices {
-                    let _ = d.join();
-                }
-                ahead.finish();
-            });
-        }
-        for trials in per_worker {
-            let (tx, store, matrix) = (tx.clone(), store.clone(), matrix.clone());
-            let runners = Runners {
-                keep,
-                ..session.runners(0)
-            };
-            scope.spawn(move || {
-                for t in &trials {
-                    if stopping() {
-                        break;
-                    }
-                    let _ = tx.send(run_trial(t, &store, &runners, &matrix));
-                }
-            });
-        }
-        // CPU trials on threads of their own, not as jobs of rayon's pool: a trial may wait
-        // for a case another thread is building with the pool's parallel loops, and a pool
-        // thread parked in that wait could leave those loops without threads (a deadlock).
-        let cpu = Arc::new(Mutex::new(VecDeque::from(cpu)));
-        for _ in 0..rayon::current_num_threads() {
-            let (cpu, tx, store, matrix) = (cpu.clone(), tx.clone(), store.clone(), matrix.clone());
-            scope.spawn(move || loop {
-                let next = cpu.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                let Some(t) = next.filter(|_| !stopping()) else {
-                    break;
-                };
-                let _ = tx.send(run_trial(&t, &store, &Runners::default(), &matrix));
-            });
-        }
-        drop(tx);
-        for row in rx {
-            on_row(row);
-        }
-    });
 }
 
 #[cfg(test)]

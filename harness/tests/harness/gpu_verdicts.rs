@@ -4,7 +4,7 @@
 
 use approx::abs_diff_eq;
 use ndarray::Array3;
-use relattn_harness::execute::{failure_text, run_trial, CaseStore, Runners};
+use relattn_harness::engine::{failure_text, run_trial, CaseStore, Runners};
 use relattn_harness::plan::{Trial, TrialKind};
 use relattn_harness::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_kernels::routing::PathId;

@@ -1,5 +1,6 @@
 use super::compile_checks::background_pool;
 use super::*;
+use crate::plan::TrialKind;
 use crate::runner::Runner;
 use relattn_kernels::capability::{DeviceInfo, MockSource};
 use relattn_kernels::routing::Capability;

@@ -1,0 +1,88 @@
+//! The trial engine: every command that runs trials (`run`, `mutants`, the `cargo test`
+//! trials) hands them here and gets report rows back. It owns the threads (`schedule`), the
+//! cases and their references (`cases`), one trial's steps (`trial`), the one place a row is
+//! written (`row`), stopping on a signal (`cancel`), the tally a progress line reads, and the
+//! resume filter (trials a report already holds are not run). What a command does with the rows
+//! (a report's lifecycle, a console table, a test verdict) stays with the command.
+
+mod cancel;
+mod cases;
+mod row;
+mod schedule;
+mod trial;
+
+pub use cancel::{on_signals, stopping};
+pub use cases::{CaseData, CaseStore};
+pub use row::{failure_text, kv_bytes, output_hash, reproduce_command};
+pub use trial::{run_trial, start_trial, Ran, Runners, Step};
+
+use crate::progress::Tally;
+use crate::session::Session;
+use relattn_reports::Row;
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// How a session's trials run.
+pub struct Engine<'s> {
+    pub session: &'s Session,
+    /// Where failing worker trials keep their case and output files (a report's `failures/`).
+    pub keep: Option<&'s Path>,
+    /// This run is one of `processes` on the machine (its share of the memory for cases
+    /// prepared ahead).
+    pub processes: usize,
+    /// Counts by status as rows arrive, for the progress line.
+    pub tally: Option<Arc<Mutex<Tally>>>,
+}
+
+impl<'s> Engine<'s> {
+    pub fn new(session: &'s Session) -> Engine<'s> {
+        Engine {
+            session,
+            keep: None,
+            processes: 1,
+            tally: None,
+        }
+    }
+
+    /// Run every trial of the session but those in `done` (a resumed report's), handing each
+    /// row to `on_row` on this thread as soon as it finishes. No trial starts once a stop was
+    /// asked for (`stopping`).
+    pub fn run(&self, done: &HashSet<String>, mut on_row: impl FnMut(Row)) {
+        schedule::run_all(self, done, |row| {
+            if let Some(tally) = &self.tally {
+                let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+                t.done += 1;
+                *t.counts.entry(row.status.as_str()).or_default() += 1;
+            }
+            on_row(row);
+        });
+    }
+
+    /// Run `trials` one after the other on this thread, in their order, until `enough` says
+    /// so after a row (`relattn mutants` stops at the first failure); the rows run.
+    pub fn run_in_order<'t>(
+        &self,
+        trials: impl IntoIterator<Item = &'t crate::plan::Trial>,
+        store: &CaseStore,
+        mut enough: impl FnMut(&Row) -> bool,
+    ) -> Vec<Row> {
+        let runners = Runners {
+            keep: self.keep,
+            ..self.session.runners(0)
+        };
+        let mut rows = Vec::new();
+        for t in trials {
+            if stopping() {
+                break;
+            }
+            let row = run_trial(t, store, &runners, &self.session.gpu_matrix);
+            let stop = enough(&row);
+            rows.push(row);
+            if stop {
+                break;
+            }
+        }
+        rows
+    }
+}

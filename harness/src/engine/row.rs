@@ -1,0 +1,222 @@
+//! The one place a trial's report row is written: made from its trial, filled from its
+//! outcome (a check's result, a self-check, a judged GPU run), and finished with its wall time
+//! and, for a failure, the command that reproduces it alone.
+
+use super::cases::CaseData;
+use super::trial::Runners;
+use crate::plan::{Trial, TrialKind};
+use crate::runner::{forced_splits, Kept, RunError, RunOutput, Target};
+use ndarray::Array3;
+use relattn_matrices::Case;
+use relattn_reference::judge::judge;
+use relattn_reference::Problem;
+use relattn_reports::{Row, Status};
+use std::time::Instant;
+
+/// A trial's row before it runs: its case's id, seed and parameters, status pass until its
+/// outcome says otherwise.
+pub(super) fn new_row(trial: &Trial) -> Row {
+    let case_id = trial.case().map_or(String::new(), |c| c.id.clone());
+    let mut row = Row::new(case_id, trial.name.clone(), trial.path(), Status::Pass);
+    if let Some(case) = trial.case() {
+        row.seed = Some(case.spec.seed);
+        row.params = case
+            .params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+    }
+    row
+}
+
+/// A trial not run, and why.
+pub(super) fn skip(row: &mut Row, why: String) {
+    row.status = Status::Skip;
+    row.message = why;
+}
+
+/// A reference self-check's result.
+pub(super) fn record_self_check(row: &mut Row, c: crate::selfcheck::CheckOutcome) {
+    row.status = if c.pass { Status::Pass } else { Status::Fail };
+    row.max_abs = Some(c.max_abs);
+    row.rel_l2 = Some(c.rel);
+    row.message = c.message;
+}
+
+/// The command that reruns one case alone.
+pub fn reproduce_command(matrix: &str, case_id: &str, target: Option<&Target>) -> String {
+    match target {
+        Some(Target::Native { path, .. }) => {
+            format!("relattn run --matrix {matrix} --case {case_id} --paths {path}")
+        }
+        Some(Target::Worker { label, .. }) => {
+            format!("relattn run --matrix {matrix} --case {case_id} --paths none {label}")
+        }
+        None => format!("relattn run --matrix {matrix} --case {case_id}"),
+    }
+}
+
+/// A failing or erroring row as a person reads it, on `relattn run`'s console and under
+/// `cargo test`: `FAIL <trial>: <message>` (the message ends with the reproduce line).
+pub fn failure_text(row: &Row) -> String {
+    format!(
+        "{} {}: {}",
+        row.status.as_str().to_uppercase(),
+        row.trial,
+        row.message
+    )
+}
+
+/// The last touches of a row: wall time, and for a failure the command that reproduces it.
+pub(super) fn finish_row(
+    row: &mut Row,
+    started: Instant,
+    trial: &Trial,
+    runners: &Runners<'_>,
+    matrix: &str,
+) {
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    row.wall_ms = Some(wall_ms);
+    if row.ms.is_none() && !matches!(trial.kind, TrialKind::Gpu { .. }) {
+        row.ms = Some(wall_ms);
+    }
+    if row.status.is_bad() {
+        let target = match &trial.kind {
+            TrialKind::Gpu { target, .. } => Some(target),
+            _ => None,
+        };
+        let kept = match (target, runners.keep) {
+            (Some(t @ Target::Worker { .. }), Some(dir)) => runners
+                .for_target(t)
+                .and_then(|(r, _)| r.keep(&trial.name, dir)),
+            _ => None,
+        };
+        let exec = match (&kept, target, &trial.kind) {
+            (
+                Some(Kept {
+                    case: Some(file), ..
+                }),
+                Some(Target::Worker { label, path, .. }),
+                TrialKind::Gpu { split, .. },
+            ) => {
+                let splits =
+                    forced_splits(*split).map_or(String::new(), |n| format!(" --splits {n}"));
+                Some(format!(
+                    "relattn exec {label} --path {path} --input {}{splits} --output out.safetensors",
+                    file.display()
+                ))
+            }
+            _ => None,
+        };
+        if let Some(k) = &kept {
+            if let Some(o) = &k.output {
+                row.message = format!("{}; the worker's output: {}", row.message, o.display());
+            }
+            if !k.left_out.is_empty() {
+                row.message = format!("{}; not kept: {}", row.message, k.left_out.join(", "));
+            }
+        }
+        let cmd = match trial.case() {
+            Some(c) => {
+                let run = reproduce_command(matrix, &c.id, target);
+                match exec {
+                    Some(e) => format!("{e} (or {run})"),
+                    None => run,
+                }
+            }
+            None => format!("cargo test --test trials -- --exact {}", trial.name),
+        };
+        row.message = format!("{}; reproduce: {cmd}", row.message);
+    }
+}
+
+/// A routing check's result: the shapes it checked, or what disagreed.
+pub(super) fn record_check(row: &mut Row, result: Result<usize, String>) {
+    match result {
+        Ok(n) => row.message = format!("{n} shapes checked"),
+        Err(e) => {
+            row.status = Status::Fail;
+            row.message = e;
+        }
+    }
+}
+
+pub(super) fn error(row: &mut Row, message: String) {
+    row.status = Status::Error;
+    row.message = message;
+}
+
+/// A run's result into the row: judged by SPEC section 6 when there is an output.
+pub(super) fn record_run(
+    row: &mut Row,
+    case: &Case,
+    data: &CaseData,
+    target: &Target,
+    result: Result<RunOutput, RunError>,
+) {
+    let run = match result {
+        Ok(run) => run,
+        Err(RunError::Unsupported(why)) | Err(RunError::NoGpu(why)) => {
+            row.status = Status::Skip;
+            row.message = why;
+            return;
+        }
+        Err(RunError::Fault(why)) => {
+            row.status = Status::Fail;
+            row.message = why;
+            return;
+        }
+        Err(RunError::Other(why)) => return error(row, why),
+    };
+    let v = judge(
+        &data.problem,
+        &run.out,
+        data.ref64(),
+        data.ref_lp(),
+        &case.tolerance,
+        run.padding_intact,
+        run.counters_left,
+    );
+    row.status = if v.pass { Status::Pass } else { Status::Fail };
+    row.max_abs = Some(v.max_abs);
+    row.mean_abs = Some(v.mean_abs);
+    row.rel_l2 = Some(v.rel_l2);
+    row.bound = Some(v.bound);
+    row.first_bad = v.first_bad;
+    row.message = v.reason;
+    row.ms = run.ms;
+    if let Some(ms) = run.ms.filter(|&ms| ms > 0.0) {
+        let secs = ms * 1e-3;
+        row.tflops = Some(data.problem.flops() / secs / 1e12);
+        row.gbps = Some(kv_bytes(&data.problem) / secs / 1e9);
+    }
+    row.params
+        .insert("num_splits_run".into(), run.num_splits.to_string());
+    row.params
+        .insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
+    if let Target::Native { bounds_check, .. } = target {
+        row.params
+            .insert("bounds_check".into(), bounds_check.to_string());
+    }
+}
+
+/// K/V bytes the requests must read: every visible key of every request once, K and V, all KV heads.
+pub fn kv_bytes(p: &Problem) -> f64 {
+    let mut keys = 0usize;
+    for r in p.requests().filter(|r| r.q_len > 0) {
+        let (first, _) = p.visible_keys(&r, 0);
+        keys += r.kv_len - first;
+    }
+    (keys * 2 * p.num_kv_heads * p.head_dim * p.dtype.size_bytes()) as f64
+}
+
+/// FNV-1a over the output's bits: equal hashes across runs mean bit-identical outputs.
+pub fn output_hash(out: &Array3<f32>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for x in out.iter() {
+        for b in x.to_bits().to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}

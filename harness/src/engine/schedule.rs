@@ -1,0 +1,158 @@
+//! The threads of a run: the cases prepared ahead on CPU threads, native GPU trials on one
+//! thread per device with their judging on threads of their own, each worker's trials on a
+//! thread of its own (a worker process serves one request at a time), and the CPU trials on the
+//! rest; rows come back to the caller's thread in the order they finish.
+
+use super::cancel::stopping;
+use super::cases::CaseStore;
+use super::trial::{run_trial, start_trial, Runners, Step};
+use super::Engine;
+use crate::ahead::Ahead;
+use crate::plan::{Trial, TrialKind};
+use crate::runner::Target;
+use relattn_matrices::Case;
+use relattn_reports::Row;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+/// Threads judging the GPU runs of each device thread.
+const JUDGES_PER_DEVICE: usize = 2;
+
+/// Run every trial of `engine.session` not in `done` (CPU ones on threads of their own, native
+/// GPU ones on one thread per device, each worker's on one thread) and hand each row to `on_row`
+/// (on this thread) as soon as it finishes.
+pub(super) fn run_all(engine: &Engine<'_>, done: &HashSet<String>, mut on_row: impl FnMut(Row)) {
+    let (session, keep, processes) = (engine.session, engine.keep, engine.processes);
+    let (tx, rx) = mpsc::channel::<Row>();
+    let trials: Vec<Trial> = session
+        .trials
+        .iter()
+        .filter(|t| !done.contains(&t.name))
+        .cloned()
+        .collect();
+    let store = Arc::new(CaseStore::for_trials(&trials));
+    let (runs, cpu): (Vec<Trial>, Vec<Trial>) = trials
+        .into_iter()
+        .partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
+    // Native trials go to the device threads, each worker's to a thread of its own (a worker
+    // process serves one request at a time).
+    let mut per_worker: Vec<Vec<Trial>> = vec![Vec::new(); session.workers.len()];
+    let mut gpu = Vec::new();
+    for t in runs {
+        match &t.kind {
+            TrialKind::Gpu {
+                target: Target::Worker { worker, .. },
+                ..
+            } if *worker < per_worker.len() => per_worker[*worker].push(t),
+            _ => gpu.push(t),
+        }
+    }
+    let matrix = session.gpu_matrix.clone();
+    std::thread::scope(|scope| {
+        // GPU trials grouped by case, so a case's reference and upload serve all its trials.
+        let mut by_case: BTreeMap<String, Vec<Trial>> = BTreeMap::new();
+        for t in gpu {
+            let id = t.case().map(|c| c.id.clone()).unwrap_or_default();
+            by_case.entry(id).or_default().push(t);
+        }
+        let groups: Vec<Vec<Trial>> = by_case.into_values().collect();
+        // The queue's cases are generated and their references computed on CPU threads of
+        // their own, ahead of the device threads, so the GPU rarely waits (bounded in memory).
+        let cases: Vec<Arc<Case>> = groups
+            .iter()
+            .filter_map(|g| g.first().and_then(Trial::case).cloned())
+            .collect();
+        let (ahead, preparers) = Ahead::for_machine(cases, processes);
+        let ahead = Arc::new(ahead);
+        let queue = Arc::new(Mutex::new(
+            groups.into_iter().enumerate().collect::<VecDeque<_>>(),
+        ));
+        if let Some(exec) = session.executor_ref() {
+            for _ in 0..preparers {
+                let (ahead, store) = (ahead.clone(), store.clone());
+                scope.spawn(move || ahead.work(&store, stopping));
+            }
+            // Device threads run the kernels and leave the judging to threads of their own
+            // (a short queue: a run waiting for its judge holds its output).
+            let (to_judge, judged) = mpsc::sync_channel::<(Trial, Step)>(2 * JUDGES_PER_DEVICE);
+            let judged = Arc::new(Mutex::new(judged));
+            for _ in 0..JUDGES_PER_DEVICE * session.device_count() {
+                let (judged, tx, store, matrix) =
+                    (judged.clone(), tx.clone(), store.clone(), matrix.clone());
+                scope.spawn(move || loop {
+                    let next = judged.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((t, step)) = next else {
+                        break;
+                    };
+                    let _ = tx.send(step.finish(&t, &store, &Runners::default(), &matrix));
+                });
+            }
+            let mut devices = Vec::new();
+            for slot in 0..session.device_count() {
+                let (queue, to_judge, store, ahead) = (
+                    queue.clone(),
+                    to_judge.clone(),
+                    store.clone(),
+                    ahead.clone(),
+                );
+                devices.push(scope.spawn(move || loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some((index, group)) = next.filter(|_| !stopping()) else {
+                        break;
+                    };
+                    ahead.taken(index);
+                    let runners = Runners::native(Some((exec, slot)));
+                    for t in group {
+                        if stopping() {
+                            break;
+                        }
+                        let step = start_trial(&t, &store, &runners);
+                        let _ = to_judge.send((t, step));
+                    }
+                }));
+            }
+            drop(to_judge);
+            let ahead = ahead.clone();
+            scope.spawn(move || {
+                for d in devices {
+                    let _ = d.join();
+                }
+                ahead.finish();
+            });
+        }
+        for trials in per_worker {
+            let (tx, store, matrix) = (tx.clone(), store.clone(), matrix.clone());
+            let runners = Runners {
+                keep,
+                ..session.runners(0)
+            };
+            scope.spawn(move || {
+                for t in &trials {
+                    if stopping() {
+                        break;
+                    }
+                    let _ = tx.send(run_trial(t, &store, &runners, &matrix));
+                }
+            });
+        }
+        // CPU trials on threads of their own, not as jobs of rayon's pool: a trial may wait
+        // for a case another thread is building with the pool's parallel loops, and a pool
+        // thread parked in that wait could leave those loops without threads (a deadlock).
+        let cpu = Arc::new(Mutex::new(VecDeque::from(cpu)));
+        for _ in 0..rayon::current_num_threads() {
+            let (cpu, tx, store, matrix) = (cpu.clone(), tx.clone(), store.clone(), matrix.clone());
+            scope.spawn(move || loop {
+                let next = cpu.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                let Some(t) = next.filter(|_| !stopping()) else {
+                    break;
+                };
+                let _ = tx.send(run_trial(&t, &store, &Runners::default(), &matrix));
+            });
+        }
+        drop(tx);
+        for row in rx {
+            on_row(row);
+        }
+    });
+}

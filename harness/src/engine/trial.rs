@@ -1,0 +1,171 @@
+//! One trial, from its case to its report row: routing and self-check trials on this thread, a
+//! GPU trial in two steps (the run on a device thread, then the judge on any thread).
+
+use super::cases::{CaseData, CaseStore};
+use super::row;
+use crate::phases::{self, Phase};
+use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
+use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
+use crate::selfcheck;
+use relattn_reports::Row;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The implementations trials run on: the native paths (with the device slot of this thread)
+/// and the session's workers, by index.
+#[derive(Clone, Copy, Default)]
+pub struct Runners<'a> {
+    pub native: Option<(&'a dyn Runner, usize)>,
+    pub workers: &'a [Arc<dyn Runner>],
+    /// Where failing worker trials keep their case and output files (a report's `failures/`).
+    pub keep: Option<&'a std::path::Path>,
+}
+
+impl<'a> Runners<'a> {
+    /// Only the native paths (or nothing).
+    pub fn native(native: Option<(&'a dyn Runner, usize)>) -> Runners<'a> {
+        Runners {
+            native,
+            workers: &[],
+            keep: None,
+        }
+    }
+
+    pub(super) fn for_target(&self, target: &Target) -> Option<(&'a dyn Runner, usize)> {
+        match target {
+            Target::Native { .. } => self.native,
+            Target::Worker { worker, .. } => self.workers.get(*worker).map(|w| (&**w, 0)),
+        }
+    }
+}
+
+/// Run one trial (not ignored) to a report row.
+pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix: &str) -> Row {
+    start_trial(trial, store, runners).finish(trial, store, runners, matrix)
+}
+
+/// Where a trial stands after `start_trial`: its row is complete but for the last touches, or
+/// its GPU run is done and the judge is left to do (on any thread: the case's references are
+/// computed already).
+pub enum Step {
+    Done {
+        row: Box<Row>,
+        started: Option<Instant>,
+    },
+    Ran(Box<Ran>),
+}
+
+/// A GPU trial's run, waiting for the judge.
+pub struct Ran {
+    row: Row,
+    started: Instant,
+    data: Arc<CaseData>,
+    result: Result<RunOutput, RunError>,
+}
+
+/// Start a trial: everything but the judging of a GPU run. A device thread hands the `Step` of
+/// a GPU trial to another thread to judge and finish, and runs the next trial meanwhile.
+pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> Step {
+    let mut row = row::new_row(trial);
+    if let Some(why) = &trial.ignore {
+        row::skip(&mut row, why.clone());
+        return Step::Done {
+            row: Box::new(row),
+            started: None,
+        };
+    }
+    let started = Instant::now();
+    match &trial.kind {
+        TrialKind::Routing(r) => row::record_check(&mut row, check_routing_row(r)),
+        TrialKind::RoutingUnknown => row::record_check(&mut row, check_unknown_capabilities()),
+        TrialKind::Reference { case, check } => {
+            match store.get(case) {
+                Ok(data) => {
+                    let ref64 = data.ref64();
+                    let c = phases::time(Phase::SelfChecks, || {
+                        selfcheck::run(*check, &data.problem, Some(ref64))
+                    });
+                    row::record_self_check(&mut row, c);
+                }
+                Err(e) => row::error(&mut row, e),
+            }
+            store.release(case);
+        }
+        TrialKind::Gpu {
+            case,
+            target,
+            split,
+        } => {
+            match (store.get(case), runners.for_target(target)) {
+                (Ok(data), Some((runner, slot))) => {
+                    let req = RunRequest {
+                        trial: &trial.name,
+                        case_id: &case.id,
+                        problem: &data.problem,
+                        case_file: None,
+                        target,
+                        split: *split,
+                        timing: None,
+                    };
+                    let result = phases::time(Phase::Gpu, || runner.run(slot, &req));
+                    // The references first, so the judge's time is the judge's alone (and a
+                    // judging thread never waits for a case being built).
+                    if result.is_ok() {
+                        let _ = (data.ref64(), data.ref_lp());
+                    }
+                    return Step::Ran(Box::new(Ran {
+                        row,
+                        started,
+                        data,
+                        result,
+                    }));
+                }
+                (Err(e), _) => row::error(&mut row, e),
+                (_, None) => row::skip(&mut row, "no GPU".into()),
+            }
+            store.release(case);
+        }
+    }
+    Step::Done {
+        row: Box::new(row),
+        started: Some(started),
+    }
+}
+
+impl Step {
+    /// Judge a GPU run (releasing its case) and give the row its wall time and, when it failed,
+    /// the command that reproduces it.
+    pub fn finish(
+        self,
+        trial: &Trial,
+        store: &CaseStore,
+        runners: &Runners<'_>,
+        matrix: &str,
+    ) -> Row {
+        let (mut row, started) = match self {
+            Step::Done { row, started: None } => return *row,
+            Step::Done {
+                row,
+                started: Some(started),
+            } => (*row, started),
+            Step::Ran(ran) => {
+                let Ran {
+                    mut row,
+                    started,
+                    data,
+                    result,
+                } = *ran;
+                if let TrialKind::Gpu { case, target, .. } = &trial.kind {
+                    phases::time(Phase::Judge, || {
+                        row::record_run(&mut row, case, &data, target, result)
+                    });
+                    drop(data);
+                    store.release(case);
+                }
+                (row, started)
+            }
+        };
+        row::finish_row(&mut row, started, trial, runners, matrix);
+        row
+    }
+}
