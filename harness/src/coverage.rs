@@ -7,9 +7,9 @@ use relattn_kernels::gpu::{
     bias_stages, has_single_query_ctas, kv_map_shape, plan_launches, streams_kv, Geometry, Splits,
     Stage, CTA_ROWS, KEY_TILE, WGMMA_ARCH,
 };
-use relattn_kernels::routing::PathId;
 use relattn_matrices::Case;
 use relattn_reference::{DType, Inputs};
+use relattn_routing::PathId;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -1,4 +1,5 @@
-//! Exit codes of DESIGN.md's table, carried through `anyhow` errors.
+//! Exit codes of every command (the table in README.md and docs/commands.md), carried through
+//! `anyhow` errors.
 
 use std::fmt;
 

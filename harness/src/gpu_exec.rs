@@ -1,5 +1,5 @@
 //! The real GPU executor, over `relattn_kernels::gpu`: every program is compiled (for each
-//! build variant the run needs) before any device is opened; then one worker per device keeps
+//! build variant the run needs) before any device is opened; then one slot per device keeps
 //! the current case uploaded, so all trials of a case share one upload.
 
 use crate::plan::BoundsCheck;
@@ -11,8 +11,8 @@ use relattn_kernels::gpu::{
     compile, compile_arch, compile_check, nvrtc_version, run_path_timed, CompilePlan, Compiled,
     DeviceProblem, Gpu, GpuError, Loaded, Mutant, Repeats, Splits, Variant, CHECK_ARCHS,
 };
-use relattn_kernels::routing::PathId;
 use relattn_reports::{CompileCheck, Environment};
+use relattn_routing::PathId;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -90,22 +90,22 @@ impl ExecutorFactory for RealFactory {
             })
             .collect();
         let compiled: HashMap<bool, Compiled> = builds.into_iter().collect::<Result<_, _>>()?;
-        let mut workers = Vec::new();
+        let mut slots = Vec::new();
         for d in devices {
             let gpu = Gpu::open(d.index as usize).map_err(|e| e.to_string())?;
-            workers.push(Mutex::new(Worker {
+            slots.push(Mutex::new(DeviceSlot {
                 gpu: Some(gpu),
                 loaded: HashMap::new(),
                 current: None,
                 lost: None,
             }));
         }
-        let driver = workers
+        let driver = slots
             .first()
             .and_then(|w| w.lock().ok()?.gpu.as_ref()?.driver_version().ok())
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
         Ok(Box::new(RealExecutor {
-            workers,
+            slots,
             compiled,
             cuda_version: driver,
             nvrtc: nvrtc_version().ok().map(|(a, b)| format!("{a}.{b}")),
@@ -113,19 +113,21 @@ impl ExecutorFactory for RealFactory {
     }
 }
 
-struct Worker {
+/// One device and what is loaded on it: a device thread of the engine runs its trials here
+/// (`slot` of `Runner::run`).
+struct DeviceSlot {
     gpu: Option<Gpu>,
     /// Loaded modules per bounds-check variant.
     loaded: HashMap<bool, Loaded>,
     /// The uploaded case.
     current: Option<(String, DeviceProblem)>,
-    /// Why the worker has no device any more.
+    /// Why the slot has no device any more.
     lost: Option<String>,
 }
 
-impl Worker {
+impl DeviceSlot {
     /// After a trap the context is dead: drop everything made on it and try a fresh one. The
-    /// driver may refuse (the process keeps the sticky error); then the worker stays without a
+    /// driver may refuse (the process keeps the sticky error); then the slot stays without a
     /// device and every later trial on it says which trial lost it.
     fn recover(&mut self, case_id: &str) -> Result<(), GpuError> {
         self.loaded.clear();
@@ -140,7 +142,7 @@ impl Worker {
 }
 
 struct RealExecutor {
-    workers: Vec<Mutex<Worker>>,
+    slots: Vec<Mutex<DeviceSlot>>,
     compiled: HashMap<bool, Compiled>,
     cuda_version: Option<String>,
     nvrtc: Option<String>,
@@ -153,11 +155,11 @@ impl Runner for RealExecutor {
                 "the native runner was handed a worker target".into(),
             ));
         };
-        let worker = self
-            .workers
+        let device = self
+            .slots
             .get(slot)
-            .ok_or_else(|| RunError::Other(format!("no GPU worker {slot}")))?;
-        let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
+            .ok_or_else(|| RunError::Other(format!("no GPU slot {slot}")))?;
+        let mut w = device.lock().unwrap_or_else(|e| e.into_inner());
         let splits = match forced_splits(req.split) {
             None => Splits::Policy,
             Some(n) => Splits::Forced(n),
@@ -207,7 +209,7 @@ pub fn classify(e: GpuError) -> RunError {
 }
 
 fn run_on(
-    w: &mut Worker,
+    w: &mut DeviceSlot,
     compiled: &HashMap<bool, Compiled>,
     req: &RunRequest<'_>,
     path: PathId,

@@ -1,7 +1,7 @@
 //! Which GPUs this machine can use, decided before any kernel is compiled or memory touched.
 
 use relattn_kernels::capability::{preflight, CapabilitySource, DeviceInfo};
-use relattn_kernels::routing::PathId;
+use relattn_routing::PathId;
 use std::str::FromStr;
 
 /// Which devices a run uses (`--devices`).
@@ -119,7 +119,7 @@ pub fn detect(
 mod tests {
     use super::*;
     use relattn_kernels::capability::{CapabilityError, MockSource};
-    use relattn_kernels::routing::Capability;
+    use relattn_routing::Capability;
 
     #[test]
     fn h200_is_ready_on_score_mod() {

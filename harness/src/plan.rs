@@ -6,8 +6,8 @@ use crate::gpu_status::GpuStatus;
 use crate::runner::Target;
 use crate::selfcheck::Check;
 use crate::worker::protocol::Hello;
-use relattn_kernels::routing::{table, ArchRow, Capability, PathId};
 use relattn_matrices::{Case, SplitSetting};
+use relattn_routing::{table, ArchRow, Capability, PathId};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -305,7 +305,7 @@ pub fn check_trial_count(planned: u64, of_workers: u64) -> Result<(), String> {
 
 /// Every shape the routing checks cover: 2,160 of them (batch x query length x head pair x KV
 /// length x layer kind x page size), the same for the model's own rows and for `route --check`.
-pub fn routing_shapes() -> Vec<relattn_kernels::routing::Shape> {
+pub fn routing_shapes() -> Vec<relattn_routing::Shape> {
     let mut out = Vec::with_capacity(2160);
     let heads = [(64, 8), (32, 4), (16, 2), (8, 1), (64, 16), (8, 2)];
     for batch in [1usize, 8, 32] {
@@ -314,7 +314,7 @@ pub fn routing_shapes() -> Vec<relattn_kernels::routing::Shape> {
                 for max_kv_len in [512usize, 8192, 65536, 131072, 1_048_576] {
                     for (is_local, window_left) in [(false, -1i64), (true, 511)] {
                         for page_size in [16usize, 64, 128] {
-                            out.push(relattn_kernels::routing::Shape {
+                            out.push(relattn_routing::Shape {
                                 batch,
                                 max_query_len,
                                 num_heads,
@@ -335,7 +335,7 @@ pub fn routing_shapes() -> Vec<relattn_kernels::routing::Shape> {
 
 /// Check one routing row against the policies over a grid of shapes.
 pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
-    use relattn_kernels::routing::{decide, Outcome};
+    use relattn_routing::{decide, Outcome};
     let mut checked = 0;
     for shape in routing_shapes() {
         let (is_local, max_query_len) = (shape.is_local, shape.max_query_len);
@@ -373,7 +373,7 @@ pub fn check_routing_row(row: &ArchRow) -> Result<usize, String> {
 
 /// Capabilities outside the table are all rejected with "no route for SM x.y".
 pub fn check_unknown_capabilities() -> Result<usize, String> {
-    use relattn_kernels::routing::{lookup, route};
+    use relattn_routing::{lookup, route};
     let mut checked = 0;
     for major in 0..=15 {
         for minor in 0..=9 {

@@ -1,13 +1,15 @@
 //! The one route from a case to a result: every implementation under test (the native CUDA
 //! paths in this process, or a worker process speaking the worker protocol) is a `Runner`, and
-//! every way a run can end is one `RunError`. `run`, `exec`, `bench` and `mutants` all go through
-//! it, so judgement, reports and exit codes cannot tell implementations apart.
+//! every way a run can end is one `RunError`. The trial engine (`run`, `mutants`, the `cargo
+//! test` trials), `exec` and `bench --impl` (the workers' rows) go through it, so judgement,
+//! reports and exit codes cannot tell implementations apart; `bench` times the native paths
+//! with `gpu::run_path` directly, its events bracketing the launches alone.
 
 use crate::exit;
 use ndarray::Array3;
-use relattn_kernels::routing::PathId;
 use relattn_matrices::SplitSetting;
 use relattn_reference::Problem;
+use relattn_routing::PathId;
 use std::path::Path;
 
 /// What to run a case on.
@@ -112,7 +114,7 @@ impl RunError {
         }
     }
 
-    /// The command-level error with the exit code of DESIGN.md's table.
+    /// The command-level error with its exit code (`exit::Code`).
     pub fn into_exit(self) -> anyhow::Error {
         match self {
             RunError::Unsupported(m) => exit::usage(m),
@@ -154,10 +156,7 @@ pub fn forced_splits(split: SplitSetting) -> Option<usize> {
     }
 }
 
-/// The median of the finite times of a list.
-pub fn median(times: &[f64]) -> Option<f64> {
-    relattn_reports::median(times.iter().copied().filter(|x| x.is_finite()).collect())
-}
+pub use relattn_common::stats::median;
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,8 @@ use crate::runner::Runner;
 use crate::worker::{self, WorkerRunner, WorkerSpec};
 use anyhow::Context;
 use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};
-use relattn_kernels::routing::PathId;
 use relattn_matrices::{Case, Shard};
+use relattn_routing::PathId;
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ mod layer;
 mod matrix;
 mod mixes;
 mod rules;
+mod shard;
 mod split;
 mod tolerance;
 
@@ -28,7 +29,8 @@ pub use layer::Layer;
 pub use matrix::{Expansion, Matrix, Skip};
 pub use mixes::{mix, Mix, MixShape, MIXES};
 pub use rules::{Requirement, Rule, Rules};
-pub use split::{shard, Shard, SplitSetting};
+pub use shard::{shard, Shard};
+pub use split::SplitSetting;
 
 use std::path::Path;
 
@@ -175,7 +177,7 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Matrix, MatrixError> {
     };
     // A regular file only (a FIFO would hang the read, a device never end it), read up to the
     // limit.
-    let (handle, bytes) = relattn_reference::files::open_regular(path).map_err(io)?;
+    let (handle, bytes) = relattn_common::files::open_regular(path).map_err(io)?;
     if bytes > MAX_MATRIX_FILE_BYTES {
         return Err(MatrixError::FileTooLarge {
             file: file.clone(),
@@ -183,7 +185,7 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Matrix, MatrixError> {
             limit: MAX_MATRIX_FILE_BYTES,
         });
     }
-    let raw = relattn_reference::files::read_limited(handle, MAX_MATRIX_FILE_BYTES).map_err(io)?;
+    let raw = relattn_common::files::read_limited(handle, MAX_MATRIX_FILE_BYTES).map_err(io)?;
     let text = String::from_utf8(raw).map_err(|e| {
         io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

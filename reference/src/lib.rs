@@ -1,9 +1,9 @@
-//! relattn-reference: the CPU oracle of Inkling's relative-bias attention (SPEC.md).
+//! relattn-reference: the CPU oracle of Inkling's relative-bias attention (docs/operator.md).
 //!
 //! `Problem` holds validated inputs, `BatchShape` the lengths every crate reads; `gen` makes seeded realistic ones; `oracle` is the naive
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
 //! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `finite` tells whether a case's inputs are finite where real rows read them; `limits`
-//! holds the size limits of every input and `files` the one way files are written; `judge` is
+//! holds the size limits of every input; `judge` is
 //! SPEC section 6's judge of a GPU output, with its tolerance type and each dtype's defaults.
 #![deny(unsafe_code)]
 
@@ -13,7 +13,6 @@ pub mod casefile;
 pub mod dtype;
 pub mod emulate;
 pub mod fast;
-pub mod files;
 pub mod finite;
 pub mod gen;
 pub mod judge;

@@ -57,7 +57,7 @@ pub(crate) fn write_csv(path: &Path, rows: &[Row]) -> Result<(), ReportError> {
         .iter()
         .flat_map(|r| r.params.keys().map(String::as_str))
         .collect();
-    relattn_reference::files::write_atomic(path, |out| {
+    relattn_common::files::write_atomic(path, |out| {
         let mut w = csv::Writer::from_writer(out);
         write_records(&mut w, &params, rows)?;
         w.flush()

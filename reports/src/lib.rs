@@ -9,7 +9,7 @@
 //! - `plots/*.svg`: error / bound per path and against KV length, split count and layer.
 //!
 //! This crate knows nothing of the other relattn crates (paths and parameters are strings); it
-//! only writes its files through `relattn_reference::files::write_atomic`, as every relattn
+//! only writes its files through `relattn_common::files::write_atomic`, as every relattn
 //! file is written.
 #![deny(unsafe_code)]
 
@@ -40,7 +40,7 @@ pub use merge::merge;
 pub use plot::{existing_plots, report_plots, write_plots, PLOTS_DIR, RATIO_FLOOR, REPORT_PLOTS};
 pub use roofline::{roofline, RooflinePoint};
 pub use row::{Row, Status};
-pub use summary::{median, PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
+pub use summary::{PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
 pub use text::{one_line, visible};
 pub use writer::{now, ReportWriter};
 
@@ -77,7 +77,7 @@ pub fn plot(dir: &Path) -> Result<Vec<(std::path::PathBuf, Vec<&'static str>)>, 
     for a in report.archs.values() {
         // The directory given may be a link; an architecture directory inside it may not.
         if a.dir != report.root {
-            relattn_reference::files::create_dir_nofollow(&a.dir)
+            relattn_common::files::create_dir_nofollow(&a.dir)
                 .map_err(error::io("write into", &a.dir))?;
         }
         let plots = write_plots(&a.dir, &a.rows)?;

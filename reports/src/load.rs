@@ -7,7 +7,7 @@ use crate::row::Row;
 use crate::summary::Summary;
 use crate::writer::is_arch_name;
 use crate::{RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON};
-use relattn_reference::files;
+use relattn_common::files;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;

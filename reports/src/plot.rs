@@ -362,8 +362,7 @@ pub fn write_plots(arch_dir: &Path, rows: &[Row]) -> Result<Vec<&'static str>, R
     })?;
     if !plots.is_empty() {
         // Never a link: the plots would be written wherever it points.
-        relattn_reference::files::create_dir_nofollow(&dir)
-            .map_err(io("create directory", &dir))?;
+        relattn_common::files::create_dir_nofollow(&dir).map_err(io("create directory", &dir))?;
     }
     for (file, svg) in &plots {
         crate::writer::write_atomic(&dir.join(file), svg.as_bytes())?;
@@ -383,7 +382,7 @@ pub(crate) fn remove_plots(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         // A link (or anything else) named plots/: files are never removed through it.
         Ok(_) => {
-            return relattn_reference::files::create_dir_nofollow(&dir)
+            return relattn_common::files::create_dir_nofollow(&dir)
                 .map_err(io("remove the plots in", &dir))
         }
         Err(e) => return Err(io("remove the plots in", &dir)(e)),

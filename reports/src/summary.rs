@@ -196,18 +196,9 @@ fn pct(value: Option<f64>, peak: Option<f64>) -> Option<f64> {
     Some(value? / peak? * 100.0)
 }
 
-/// The median of a list (the mean of the middle two for an even count); None when empty.
-pub fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+/// The median of a list (`relattn_common::stats::median`).
+fn median(v: Vec<f64>) -> Option<f64> {
+    relattn_common::stats::median(&v)
 }
 
 fn finite(rows: &[&Row], f: impl Fn(&Row) -> Option<f64>) -> Vec<f64> {

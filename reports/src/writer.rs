@@ -7,7 +7,7 @@ use crate::row::Row;
 use crate::summary::Summary;
 use crate::{junit, markdown, plot};
 use crate::{JUNIT_XML, RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON, SUMMARY_MD};
-use relattn_reference::files;
+use relattn_common::files;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

@@ -8,8 +8,8 @@ use super::shapes::Figures;
 use relattn_kernels::gpu::{
     plan_launches, run_path, Geometry, Gpu, GpuError, Loaded, Peaks, Splits, Timing,
 };
-use relattn_kernels::routing::PathId;
 use relattn_reference::Problem;
+use relattn_routing::PathId;
 use std::time::{Duration, Instant};
 
 /// Copies of the inputs rotate until together they exceed this many times the L2 size.

@@ -11,7 +11,7 @@ pub mod session;
 pub mod shapes;
 pub mod workers;
 
-use relattn_kernels::routing::PathId;
+use relattn_routing::PathId;
 use std::path::PathBuf;
 
 /// Which paths to time (`--paths`).

@@ -18,9 +18,9 @@ use relattn_kernels::gpu::{
     compile, measure_peaks, nvrtc_version, CompilePlan, Gpu, GpuError, PeakError, PeakOptions,
     Variant,
 };
-use relattn_kernels::routing::PathId;
 use relattn_reference::gen::generate;
 use relattn_reference::Problem;
+use relattn_routing::PathId;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -190,7 +190,7 @@ fn push_rows(
     }
     if let Some(path) = &opts.json {
         let text = report.to_json().context("cannot serialise the report")?;
-        relattn_reference::files::write_atomic(path, |w| w.write_all(text.as_bytes()))
+        relattn_common::files::write_atomic(path, |w| w.write_all(text.as_bytes()))
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())

@@ -65,8 +65,11 @@ pub struct Args {
     /// --reps launches would not fit, fewer are timed (at least one) and the row says so.
     #[arg(long)]
     pub row_budget_s: Option<f64>,
-    /// Also time a shipped worker's paths (repeatable or comma-separated): vllm, fa4, flex, numpy.
-    #[arg(long = "impl", value_name = "NAME")]
+    #[arg(
+        long = "impl",
+        value_name = "NAME",
+        help = crate::worker::impl_help("Also time a shipped worker's paths (repeatable or comma-separated)")
+    )]
     pub impls: Vec<String>,
     /// Also time the paths of a worker speaking worker protocol v1 (repeatable).
     #[arg(long = "worker", value_name = "COMMAND")]
@@ -95,7 +98,7 @@ pub fn options(args: &Args) -> anyhow::Result<BenchOptions> {
         }
     }
     if let (Some(plot), Some(json)) = (&args.plot, &args.json) {
-        if plot == json || relattn_reference::files::same_file(plot, json) {
+        if plot == json || relattn_common::files::same_file(plot, json) {
             return Err(usage(format!(
                 "--plot and --json name the same file {}: give two files",
                 plot.display()
@@ -161,7 +164,7 @@ pub fn run_with(
     print!("{}", format_report(&report));
     if let Some(path) = &opts.json {
         let text = report.to_json().context("cannot serialise the report")?;
-        relattn_reference::files::write_atomic(path, |w| w.write_all(text.as_bytes()))
+        relattn_common::files::write_atomic(path, |w| w.write_all(text.as_bytes()))
             .with_context(|| format!("{}: cannot write", path.display()))?;
         println!("wrote {}", path.display());
     }
@@ -183,7 +186,7 @@ pub fn run_with(
 fn read_json(path: &Path) -> anyhow::Result<BenchReport> {
     let bad = |why: String| usage(format!("--from-json {}: {why}", path.display()));
     // A regular file only, read up to the limit (a FIFO or a device is refused, not read).
-    let text = relattn_reference::files::read_regular_text(path, MAX_REPORT_FILE_BYTES)
+    let text = relattn_common::files::read_regular_text(path, MAX_REPORT_FILE_BYTES)
         .map_err(|e| bad(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| {
         bad(format!(
@@ -196,7 +199,7 @@ fn read_json(path: &Path) -> anyhow::Result<BenchReport> {
 fn write_plot(report: &BenchReport, path: Option<&Path>) -> anyhow::Result<()> {
     let Some(path) = path else { return Ok(()) };
     let svg = roofline_svg(report).map_err(|e| failed(format!("cannot draw the roofline: {e}")))?;
-    relattn_reference::files::write_atomic(path, |w| w.write_all(svg.as_bytes()))
+    relattn_common::files::write_atomic(path, |w| w.write_all(svg.as_bytes()))
         .with_context(|| format!("{}: cannot write", path.display()))?;
     println!("wrote {}", path.display());
     Ok(())
@@ -208,7 +211,7 @@ mod tests {
     use crate::exit::{code_of, Code};
     use clap::Parser;
     use relattn_kernels::capability::{CapabilityError, MockSource};
-    use relattn_kernels::routing::{Capability, PathId};
+    use relattn_routing::{Capability, PathId};
 
     #[derive(Debug, Parser)]
     struct Cli {

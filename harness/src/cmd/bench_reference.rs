@@ -46,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("ratio reference / GEMM (1 thread): {:.3}", r.ratio);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&r).context("cannot serialize the report")?;
-        relattn_reference::files::write_atomic(path, |w| {
+        relattn_common::files::write_atomic(path, |w| {
             w.write_all(text.as_bytes())?;
             w.write_all(b"\n")
         })

@@ -126,7 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use relattn_kernels::capability::{CapabilityError, MockSource};
-    use relattn_kernels::routing::Capability;
+    use relattn_routing::Capability;
 
     #[test]
     fn native_names_the_build_architecture_of_each_visible_gpu_once() {

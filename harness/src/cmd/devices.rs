@@ -4,7 +4,7 @@ use crate::exit;
 use relattn_kernels::capability::{
     preflight, CapabilityError, CapabilitySource, DeviceInfo, NvmlSource,
 };
-use relattn_kernels::routing::{lookup, PathId};
+use relattn_routing::{lookup, PathId};
 use serde::Serialize;
 
 #[derive(Debug, clap::Args)]

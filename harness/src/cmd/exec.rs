@@ -14,14 +14,14 @@ use crate::plan::BoundsCheck;
 use crate::runner::{forced_splits, RunOutput, RunRequest, Runner, Target};
 use crate::session::ExecutorFactory;
 use crate::worker::{self, WorkerRunner};
+use relattn_common::files::same_file;
 use relattn_kernels::capability::NvmlSource;
 use relattn_kernels::gpu::{self, Geometry, Gpu, Splits};
-use relattn_kernels::routing::PathId;
 use relattn_matrices::SplitSetting;
 use relattn_reference::casefile::{read_case, write_impl_output};
-use relattn_reference::files::same_file;
 use relattn_reference::transform::with_layout;
 use relattn_reference::Problem;
+use relattn_routing::PathId;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -45,8 +45,12 @@ pub struct Args {
     /// Build the kernels with RELATTN_BOUNDS_CHECK (every index checked; a violation traps).
     #[arg(long)]
     pub bounds_check: bool,
-    /// Run the path on a shipped worker: numpy, vllm, fa4, flex, faulty.
-    #[arg(long = "impl", value_name = "NAME", conflicts_with = "worker")]
+    #[arg(
+        long = "impl",
+        value_name = "NAME",
+        conflicts_with = "worker",
+        help = crate::worker::impl_help("Run the path on a shipped worker")
+    )]
     pub implementation: Option<String>,
     /// Run the path on a worker speaking worker protocol v1, e.g. "python3 my_worker.py".
     #[arg(long, value_name = "COMMAND")]

@@ -1,8 +1,8 @@
 //! `relattn matrix`: the tiers and their case counts, or the cases of one tier or file.
 
 use anyhow::Result;
-use relattn_kernels::routing::PathId;
 use relattn_matrices::{load, load_tier, Expansion, Shard, TIERS};
+use relattn_routing::PathId;
 use std::fmt::Write;
 
 #[derive(Debug, clap::Args)]

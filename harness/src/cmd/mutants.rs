@@ -10,8 +10,8 @@ use crate::plan::{BoundsCheck, PathSelection, TrialKind};
 use crate::session::{Session, SessionOptions};
 use relattn_kernels::capability::NvmlSource;
 use relattn_kernels::gpu::{Gpu, Mutant};
-use relattn_kernels::routing::PathId;
 use relattn_reports::Status;
+use relattn_routing::PathId;
 use std::time::Instant;
 
 #[derive(Debug, clap::Args)]

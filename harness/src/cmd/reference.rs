@@ -2,8 +2,8 @@
 
 use crate::exit::usage;
 use crate::progress::Phase;
+use relattn_common::files::same_file;
 use relattn_reference::casefile::{read_case, write_output};
-use relattn_reference::files::same_file;
 use relattn_reference::{emulate, fast, sample, Problem, RefOutput};
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `relattn route`: the routing decision for one capability and shape (no GPU needed).
 
 use crate::exit;
-use relattn_kernels::routing::{decide, lookup, Capability, Decision, Shape};
+use relattn_routing::{decide, lookup, Capability, Decision, Shape};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -40,12 +40,12 @@ pub struct Args {
     /// disagreement.
     #[arg(long, conflicts_with_all = ["cc", "batch", "max_query_len", "heads", "kv_heads", "max_kv_len", "local", "window_left"])]
     pub check: bool,
-    /// With --check: a shipped worker (numpy, vllm, fa4, flex, faulty).
     #[arg(
         long = "impl",
         value_name = "NAME",
         requires = "check",
-        conflicts_with = "worker"
+        conflicts_with = "worker",
+        help = crate::worker::impl_help("With --check: a shipped worker")
     )]
     pub implementation: Option<String>,
     /// With --check: a worker command speaking worker protocol v1.

@@ -7,7 +7,7 @@ use crate::exit;
 use crate::plan::routing_shapes;
 use crate::worker::protocol::{RouteAnswer, RouteShape};
 use crate::worker::WorkerRunner;
-use relattn_kernels::routing::{decide, lookup, table, Capability, Decision, Shape};
+use relattn_routing::{decide, lookup, table, Capability, Decision, Shape};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

@@ -49,9 +49,11 @@ pub struct Args {
     /// (NVRTC time on a cold cache; for quick iterations on one GPU, not for CI).
     #[arg(long)]
     pub no_compile_checks: bool,
-    /// Also run a shipped worker's paths (repeatable or comma-separated): numpy, vllm, fa4,
-    /// flex, faulty (adapters/NAME_worker.py).
-    #[arg(long = "impl", value_name = "NAME")]
+    #[arg(
+        long = "impl",
+        value_name = "NAME",
+        help = crate::worker::impl_help("Also run a shipped worker's paths (repeatable or comma-separated)")
+    )]
     pub impls: Vec<String>,
     /// Also run the paths of a worker speaking worker protocol v1 (repeatable), e.g.
     /// --worker "python3 my_worker.py".

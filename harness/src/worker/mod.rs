@@ -13,8 +13,14 @@ pub use runner::WorkerRunner;
 
 use std::path::{Path, PathBuf};
 
-/// The workers under `adapters/`: `--impl NAME` runs `adapters/NAME_worker.py`.
+/// The workers under `adapters/`: `--impl NAME` runs `adapters/NAME_worker.py` (a test holds
+/// this list to the folder's files).
 pub const IMPLS: [&str; 5] = ["numpy", "vllm", "fa4", "flex", "faulty"];
+
+/// The help of an `--impl` flag: `what`, then the shipped workers, from [`IMPLS`].
+pub fn impl_help(what: &str) -> String {
+    format!("{what}: {} (adapters/NAME_worker.py)", IMPLS.join(", "))
+}
 
 /// Default answer time of a worker (`--worker-timeout-s`).
 pub const DEFAULT_TIMEOUT_S: f64 = 120.0;
@@ -162,6 +168,30 @@ mod tests {
         assert_eq!(s.command, ["python3", "my worker.py", "--f64"]);
         assert!(WorkerSpec::from_command("python3 'unbalanced").is_err());
         assert!(WorkerSpec::from_command("   ").is_err());
+    }
+
+    /// `IMPLS` is the folder's list: every `adapters/NAME_worker.py` but the shared library
+    /// `relattn_worker.py`, so every command's `--impl` help names what ships.
+    #[test]
+    fn impls_are_the_shipped_workers() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters");
+        let mut shipped: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                Some(name.strip_suffix("_worker.py")?.to_string())
+            })
+            .filter(|n| n != "relattn")
+            .collect();
+        shipped.sort();
+        let mut impls: Vec<String> = IMPLS.iter().map(|s| s.to_string()).collect();
+        impls.sort();
+        assert_eq!(impls, shipped);
+        assert_eq!(
+            impl_help("Run"),
+            "Run: numpy, vllm, fa4, flex, faulty (adapters/NAME_worker.py)"
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@ use super::process::{Death, Process};
 use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
 use super::WorkerSpec;
 use crate::runner::{forced_splits, median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
+use relattn_common::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
 use relattn_reference::casefile::{read_worker_output, write_case, CaseMeta};
-use relattn_reference::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -304,7 +304,7 @@ impl Runner for WorkerRunner {
         if id != trial {
             return None;
         }
-        relattn_reference::files::create_dir_nofollow(dir).ok()?;
+        relattn_common::files::create_dir_nofollow(dir).ok()?;
         let stem = trial.replace("::", "-");
         let mut kept = Kept::default();
         let mut held = folder_bytes(dir);

@@ -7,10 +7,10 @@ use ndarray::Array3;
 use relattn_harness::engine::{failure_text, run_trial, CaseStore, Runners};
 use relattn_harness::plan::{Trial, TrialKind};
 use relattn_harness::runner::{RunError, RunOutput, RunRequest, Runner, Target};
-use relattn_kernels::routing::PathId;
 use relattn_matrices::{load_tier, SplitSetting};
 use relattn_reference::{fast, Problem};
 use relattn_reports::{Row, Status};
+use relattn_routing::PathId;
 use std::sync::Arc;
 
 /// Returns the reference output of each problem (padding rows 0), as the run says.

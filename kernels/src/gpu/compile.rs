@@ -101,7 +101,7 @@ fn store(key: &str, cubin: &Arc<Vec<u8>>) {
         if std::fs::create_dir_all(&dir).is_ok() {
             // Written atomically, so a concurrent reader never sees half a file.
             let path = dir.join(format!("{key}.cubin"));
-            let _ = relattn_reference::files::write_atomic(&path, |w| w.write_all(cubin));
+            let _ = relattn_common::files::write_atomic(&path, |w| w.write_all(cubin));
         }
     }
 }

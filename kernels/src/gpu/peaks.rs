@@ -24,20 +24,19 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// None when there is no sample. The median of an even count is the mean of the middle two.
+    /// None when there is no finite sample. The median (`relattn_common::stats::median`) of an
+    /// even count is the mean of the middle two.
     pub fn of(samples_ms: &[f64]) -> Option<Timing> {
-        let mut sorted = samples_ms.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        let median_ms = match n {
-            0 => return None,
-            _ if n % 2 == 1 => sorted[n / 2],
-            _ => 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]),
-        };
+        let median_ms = relattn_common::stats::median(samples_ms)?;
+        let (min_ms, max_ms) = samples_ms
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
         Some(Timing {
             median_ms,
-            min_ms: sorted[0],
-            max_ms: sorted[n - 1],
+            min_ms,
+            max_ms,
             samples_ms: samples_ms.to_vec(),
         })
     }

@@ -11,7 +11,6 @@ use super::launch_plan::{
     Splits, CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
 };
 use super::params::Params;
-use super::peaks::Timing;
 use super::source::Stage;
 use super::upload::{bits_at, unwritten_bits, DeviceProblem};
 use crate::routing::PathId;
@@ -293,12 +292,8 @@ pub fn run_path_timed(
 
 /// The median of the finite times, in ms; None when there is none.
 fn median(times: &[f32]) -> Option<f32> {
-    let finite: Vec<f64> = times
-        .iter()
-        .filter(|t| t.is_finite())
-        .map(|&t| f64::from(t))
-        .collect();
-    Timing::of(&finite).map(|t| t.median_ms as f32)
+    let times: Vec<f64> = times.iter().map(|&t| f64::from(t)).collect();
+    relattn_common::stats::median(&times).map(|m| m as f32)
 }
 
 /// A run's workspaces and their lengths in elements.

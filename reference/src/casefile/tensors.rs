@@ -2,9 +2,9 @@
 
 use super::{CaseFileError, FORMAT_VERSION};
 use crate::dtype::DType;
-use crate::files::write_atomic;
 use crate::limits::check_bytes;
 use half::{bf16, f16};
+use relattn_common::files::write_atomic;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
@@ -123,15 +123,15 @@ pub(super) fn read_bytes(path: &Path, limit: u64, links: Links) -> Result<Vec<u8
         error,
     };
     let (file, len) = match links {
-        Links::Follow => crate::files::open_regular(path),
-        Links::Refuse => crate::files::open_regular_nofollow(path),
+        Links::Follow => relattn_common::files::open_regular(path),
+        Links::Refuse => relattn_common::files::open_regular_nofollow(path),
     }
     .map_err(io)?;
     check_bytes("the file", len, limit).map_err(|error| CaseFileError::Limit {
         path: path.to_path_buf(),
         error,
     })?;
-    crate::files::read_limited(file, limit).map_err(io)
+    relattn_common::files::read_limited(file, limit).map_err(io)
 }
 
 /// A parsed file with checked accessors; every error names the file.

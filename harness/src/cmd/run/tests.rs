@@ -3,7 +3,7 @@ use super::*;
 use crate::plan::TrialKind;
 use crate::runner::Runner;
 use relattn_kernels::capability::{DeviceInfo, MockSource};
-use relattn_kernels::routing::Capability;
+use relattn_routing::Capability;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[test]
@@ -27,7 +27,7 @@ impl ExecutorFactory for CountingFactory {
         &self,
         _: &[DeviceInfo],
         _: BoundsCheck,
-        _: &[relattn_kernels::routing::PathId],
+        _: &[relattn_routing::PathId],
     ) -> Result<Box<dyn Runner>, String> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         Err("counting double: no device work here".into())
@@ -152,7 +152,7 @@ impl ExecutorFactory for IdleFactory {
         &self,
         _: &[DeviceInfo],
         _: BoundsCheck,
-        _: &[relattn_kernels::routing::PathId],
+        _: &[relattn_routing::PathId],
     ) -> Result<Box<dyn Runner>, String> {
         Ok(Box::new(IdleRunner))
     }
