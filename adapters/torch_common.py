@@ -6,6 +6,8 @@
   per layer (HND) whose rows are K | V, with K and V its strided views
   `buf.transpose(1, 2).split(D, dim=-1)` of logical shape `[num_blocks, page, Hkv, D]`.
 - `serving_block_table(case)`: the block table as vLLM fills it (entries past a request's pages 0).
+- `kv_views(buf, layout, D)`: K and V as strided views of one packed buffer, numpy or torch: the
+  one place the serving layouts are written down (the vllm worker uses them too).
 - `nan_out(...)`: the output buffer, poisoned with NaN before the call (the protocol's rule).
 - `input_sets(...)` and `cuda_timed(...)`: timing with CUDA events, rotating a few copies of the
   inputs so the L2 cache never holds the inputs a timed call starts on (the rule of relattn's
@@ -57,10 +59,25 @@ def serving_block_table(case):
     as vLLM's tables are (SPEC 2: those entries are don't-care, so the operator must not read
     them; a serving engine still keeps them valid block ids)."""
     table = np.array(case.block_table, dtype=np.int32, copy=True)
-    for b in range(case.B):
-        pages = -(-int(case.seqused_k[b]) // case.page_size)
-        table[b, pages:] = 0
+    pages = -(-case.seqused_k.astype(np.int64) // case.page_size)
+    columns = np.arange(table.shape[1])[None, :]
+    table[columns >= pages[:, None]] = 0
     return table
+
+
+def packed_shape(layout, cache_shape):
+    """The shape of one packed buffer of `layout` for caches of shape [num_blocks, page, Hkv, D]:
+    hnd_packed [num_blocks, Hkv, page, 2D] (vLLM's), nhd_packed [num_blocks, page, Hkv, 2D]."""
+    nb, page, hkv, d = cache_shape
+    return (nb, hkv, page, 2 * d) if layout == "hnd_packed" else (nb, page, hkv, 2 * d)
+
+
+def kv_views(buf, layout, head_dim):
+    """K and V, each of logical shape [num_blocks, page, Hkv, D], as strided views of one packed
+    buffer of `layout` whose rows are K(D) | V(D): for hnd_packed, vLLM's
+    `buf.transpose(1, 2).split(D, dim=-1)`. numpy arrays and torch tensors alike."""
+    t = buf.swapaxes(1, 2) if layout == "hnd_packed" else buf
+    return t[..., :head_dim], t[..., head_dim:]
 
 
 def paged_cache(torch, key_cache, value_cache, layout):
@@ -74,13 +91,9 @@ def paged_cache(torch, key_cache, value_cache, layout):
         raise ValueError(f"cache layout {layout!r} is not one of {LAYOUTS}")
     if layout == "contiguous":
         return None, key_cache.contiguous(), value_cache.contiguous()
-    nb, page, hkv, d = key_cache.shape
-    if layout == "hnd_packed":
-        buf = torch.empty((nb, hkv, page, 2 * d), dtype=key_cache.dtype, device=key_cache.device)
-        k, v = buf.transpose(1, 2).split(d, dim=-1)
-    else:
-        buf = torch.empty((nb, page, hkv, 2 * d), dtype=key_cache.dtype, device=key_cache.device)
-        k, v = buf.split(d, dim=-1)
+    shape = packed_shape(layout, tuple(key_cache.shape))
+    buf = torch.empty(shape, dtype=key_cache.dtype, device=key_cache.device)
+    k, v = kv_views(buf, layout, key_cache.shape[-1])
     k.copy_(key_cache)
     v.copy_(value_cache)
     return buf, k, v

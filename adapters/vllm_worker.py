@@ -63,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import torch_common  # noqa: E402
 from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, log, serve  # noqa: E402
 
 OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
@@ -395,33 +396,15 @@ def route_answer(module, cc, shape):
 
 
 def hnd_kv_buffer(key_cache, value_cache):
-    """numpy: one buffer [num_blocks, Hkv, page, 2D] whose rows are K(D) | V(D), from the case's
-    caches [num_blocks, page, Hkv, D] (vLLM's HND layout for this layer)."""
-    nb, page, hkv, d = key_cache.shape
-    buf = np.empty((nb, hkv, page, 2 * d), dtype=key_cache.dtype)
-    buf[..., :d] = key_cache.transpose(0, 2, 1, 3)
-    buf[..., d:] = value_cache.transpose(0, 2, 1, 3)
+    """numpy: one buffer of vLLM's layout for this layer (`torch_common.VLLM_LAYOUT`, HND
+    [num_blocks, Hkv, page, 2D], rows K(D) | V(D)) from the case's caches [num_blocks, page,
+    Hkv, D]."""
+    buf = np.empty(torch_common.packed_shape(torch_common.VLLM_LAYOUT, key_cache.shape),
+                   dtype=key_cache.dtype)
+    key, value = torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, key_cache.shape[-1])
+    key[...] = key_cache
+    value[...] = value_cache
     return buf
-
-
-def kv_views(buf, head_dim):
-    """K and V as vLLM's _split_kv_cache takes them: buf.transpose(1, 2).split(D, dim=-1), each
-    [num_blocks, page, Hkv, D] (strided views); works on torch tensors and numpy arrays."""
-    if isinstance(buf, np.ndarray):
-        t = np.swapaxes(buf, 1, 2)
-        return t[..., :head_dim], t[..., head_dim:]
-    key, value = buf.transpose(1, 2).split(head_dim, dim=-1)
-    return canonicalize_singleton_dim_strides(key), canonicalize_singleton_dim_strides(value)
-
-
-def vllm_block_table(case):
-    """The case's block table with every entry past a request's ceil(Lk / page) pages set to 0,
-    as vLLM's tables hold."""
-    table = np.array(case.block_table, dtype=np.int32, copy=True)
-    pages = -(-case.seqused_k.astype(np.int64) // case.page_size)
-    columns = np.arange(table.shape[1])[None, :]
-    table[columns >= pages[:, None]] = 0
-    return table
 
 
 def kernel_arguments(case, bucket=bucket_max_seqlen_q):
@@ -455,10 +438,13 @@ def torch_inputs(torch, case, device):
     as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
     as_int = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(device)
     buf = as_tensor(hnd_kv_buffer(case.key_cache, case.value_cache))
-    key_cache, value_cache = kv_views(buf, case.D)
+    # As vLLM's _split_kv_cache hands them to the op.
+    key_cache, value_cache = (canonicalize_singleton_dim_strides(x)
+                              for x in torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, case.D))
     return {"q": as_tensor(case.q), "rel_logits": as_tensor(case.rel_logits), "kv_buffer": buf,
             "key_cache": key_cache, "value_cache": value_cache,
-            "block_table": as_int(vllm_block_table(case)), "seqused_k": as_int(case.seqused_k),
+            "block_table": as_int(torch_common.serving_block_table(case)),
+            "seqused_k": as_int(case.seqused_k),
             "cu_seqlens_q": as_int(case.cu_seqlens_q)}
 
 

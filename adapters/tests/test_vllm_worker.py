@@ -10,6 +10,7 @@ import unittest
 
 import numpy as np
 
+import torch_common
 import vllm_worker
 from relattn_worker import write_case
 from tests import spec_routing
@@ -191,7 +192,7 @@ class CacheLayout(unittest.TestCase):
         # Row (block, head, slot) is K | V of that slot.
         np.testing.assert_array_equal(buf[3, 1, 2, :d], case.key_cache[3, 2, 1])
         np.testing.assert_array_equal(buf[3, 1, 2, d:], case.value_cache[3, 2, 1])
-        key, value = vllm_worker.kv_views(buf, d)
+        key, value = torch_common.kv_views(buf, "hnd_packed", d)
         self.check_views(key, value, case)
         self.assertTrue(np.shares_memory(key, buf) and np.shares_memory(value, buf))
         # Strided: slot stride 2D, head stride page * 2D, block stride Hkv * page * 2D.
@@ -200,8 +201,9 @@ class CacheLayout(unittest.TestCase):
 
     def test_keys_gathered_through_vllms_table(self):
         case = self.case
-        key, _ = vllm_worker.kv_views(vllm_worker.hnd_kv_buffer(case.key_cache, case.value_cache), case.D)
-        table = vllm_worker.vllm_block_table(case)
+        buf = vllm_worker.hnd_kv_buffer(case.key_cache, case.value_cache)
+        key, _ = torch_common.kv_views(buf, "hnd_packed", case.D)
+        table = torch_common.serving_block_table(case)
         for b in range(case.B):
             lk = int(case.seqused_k[b])
             pages = -(-lk // case.page_size)
@@ -236,7 +238,7 @@ class CacheLayout(unittest.TestCase):
             self.check_views(key.float().numpy(), value.float().numpy(), case)
             if kv_heads == 1:  # vLLM canonicalises the stride of the size-1 head dimension
                 self.assertEqual(key.stride(2), 16)
-            np.testing.assert_array_equal(inputs["block_table"].numpy(), vllm_worker.vllm_block_table(case))
+            np.testing.assert_array_equal(inputs["block_table"].numpy(), torch_common.serving_block_table(case))
 
 
 if __name__ == "__main__":
