@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod coverage;
 pub mod engine;
 pub mod exit;
+pub mod filter;
 pub mod gpu_exec;
 pub mod gpu_status;
 pub mod output;

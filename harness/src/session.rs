@@ -29,6 +29,10 @@ pub struct SessionOptions {
     pub devices: DeviceSelection,
     /// Keep only cases whose id starts with this.
     pub case: Option<String>,
+    /// Keep only the trials this selects (`--filter`, `-k`, `RELATTN_FILTER`).
+    pub filter: Option<crate::filter::Filter>,
+    /// Keep only trials of these names (`--rerun-failed`).
+    pub only: Option<std::collections::BTreeSet<String>>,
     /// Workers whose paths become trials too (`--impl`, `--worker`).
     pub workers: Vec<WorkerSpec>,
     pub worker_timeout: std::time::Duration,
@@ -49,6 +53,10 @@ impl SessionOptions {
         let impls: Vec<String> = var("RELATTN_IMPL").into_iter().collect();
         let commands: Vec<String> = var("RELATTN_WORKER").into_iter().collect();
         let workers = worker::specs(&impls, &commands).map_err(crate::exit::usage)?;
+        let filter = var("RELATTN_FILTER")
+            .map(|f| crate::filter::Filter::parse(&f))
+            .transpose()
+            .map_err(|e| crate::exit::usage(format!("RELATTN_FILTER: {e}")))?;
         let worker_timeout = match var("RELATTN_WORKER_TIMEOUT_S") {
             None => worker::timeout(worker::DEFAULT_TIMEOUT_S),
             Some(s) => s
@@ -68,6 +76,8 @@ impl SessionOptions {
             shard: None,
             devices: DeviceSelection::default(),
             case: None,
+            filter,
+            only: None,
             workers,
             worker_timeout,
             self_checks: Some(true),
@@ -171,6 +181,20 @@ impl Session {
         check_trial_count(trials.len() as u64, worker_trial_count(&cases, &info))
             .map_err(crate::exit::usage)?;
         trials.extend(worker_trials(&cases, &info));
+        crate::filter::retain(&mut trials, opts.filter.as_ref());
+        if let Some(only) = &opts.only {
+            trials.retain(|t| only.contains(&t.name));
+        }
+        if trials.is_empty() && (opts.filter.is_some() || opts.only.is_some()) {
+            return Err(crate::exit::usage(format!(
+                "no trial of matrix `{gpu_matrix}` is selected{}",
+                if opts.only.is_some() {
+                    ": none of the trials to run again is in this run (give the run's own --matrix, --paths and workers)"
+                } else {
+                    " by --filter"
+                }
+            )));
+        }
         let worker_runners = workers
             .iter()
             .map(|w| w.clone() as Arc<dyn Runner>)

@@ -162,7 +162,32 @@ impl Case {
         out
     }
 
-    /// The parameters as (column, value) pairs, for report columns and listings.
+    /// The names of `params`, in order (the keys a trial filter takes).
+    pub const PARAM_KEYS: [&'static str; 20] = [
+        "tier",
+        "layer",
+        "rel_extent",
+        "window_left",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "page_size",
+        "layout",
+        "dtype",
+        "mix",
+        "bias",
+        "inputs",
+        "batch",
+        "max_query_len",
+        "max_kv_len",
+        "padding_rows",
+        "splits",
+        "sample_rows",
+        "regression",
+    ];
+
+    /// The parameters as (column, value) pairs, for report columns and listings; their names
+    /// are `PARAM_KEYS`.
     pub fn params(&self) -> Vec<(&'static str, String)> {
         let s = &self.spec;
         let splits: Vec<String> = self.splits.iter().map(|x| x.to_string()).collect();

@@ -19,6 +19,10 @@ pub struct Args {
     /// With --show: also print every skipped trial with its reason.
     #[arg(long, requires = "show")]
     pub skipped: bool,
+    /// With --show: only the cases a trial of `run --filter EXPR` could select (see `run
+    /// --help`; `path` terms hold for the native paths a case is not excluded from).
+    #[arg(long, value_name = "EXPR", requires = "show")]
+    pub filter: Option<String>,
     /// Print which (path, kernel entry, dtype) the tier's trials reach, crossed with the
     /// features a launch can use, counted in cases from the launch plans; exit 1 if a cell the
     /// kernels support has no case.
@@ -34,7 +38,15 @@ pub fn run(args: Args) -> Result<()> {
         return coverage(matrix, args.json);
     }
     let text = match &args.show {
-        Some(matrix) => show(matrix, args.shard.as_deref(), args.skipped)?,
+        Some(matrix) => {
+            let filter = args
+                .filter
+                .as_deref()
+                .map(crate::filter::Filter::parse)
+                .transpose()
+                .map_err(crate::exit::usage)?;
+            show(matrix, args.shard.as_deref(), args.skipped, filter.as_ref())?
+        }
         None => list()?,
     };
     crate::output::print(&text)?;
@@ -110,7 +122,12 @@ fn list() -> Result<String> {
     Ok(out)
 }
 
-fn show(matrix: &str, shard: Option<&str>, with_skips: bool) -> Result<String> {
+fn show(
+    matrix: &str,
+    shard: Option<&str>,
+    with_skips: bool,
+    filter: Option<&crate::filter::Filter>,
+) -> Result<String> {
     let m = load(matrix).map_err(usage)?;
     let Expansion { cases, skipped } = m.expand().map_err(usage)?;
     let total = cases.len();
@@ -118,7 +135,10 @@ fn show(matrix: &str, shard: Option<&str>, with_skips: bool) -> Result<String> {
         Some(s) => s.parse().map_err(usage)?,
         None => Shard::ALL,
     };
-    let cases = shard.select(&cases);
+    let mut cases = shard.select(&cases);
+    if let Some(f) = filter {
+        cases.retain(|c| f.matches_case(c));
+    }
     let mut out = String::new();
     for c in &cases {
         let splits: Vec<String> = c.splits.iter().map(|s| s.to_string()).collect();

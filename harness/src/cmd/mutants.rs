@@ -67,6 +67,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 shard: None,
                 devices: DeviceSelection::List(vec![args.device]),
                 case: None,
+                filter: None,
+                only: None,
                 workers: Vec::new(),
                 worker_timeout: std::time::Duration::from_secs(1),
                 self_checks: Some(false),

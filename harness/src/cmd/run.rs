@@ -11,14 +11,17 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_matrices::Shard;
 use relattn_reports::ReportWriter;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod compile_checks;
 mod environment;
+pub mod out;
+mod select;
 use compile_checks::{run_compile_checks, wants_compile_checks};
 use environment::{check_identity, environment, run_identity, IDENTITY_KEY};
+use select::{failed_trials, selection_filter};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -32,9 +35,11 @@ pub struct Args {
     /// Run shard K of N of the matrix (1-based), e.g. 2/8.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Report directory; the report goes to OUT/<arch> (sm90, sm100, ... or cpu).
-    #[arg(long, default_value = "reports-out")]
-    pub out: PathBuf,
+    /// Report directory; the report goes to OUT/<arch> (sm90, sm100, ... or cpu), and a second
+    /// run there refuses (or continues with --resume). Without it each run writes a folder of
+    /// its own, reports-out/<run id>/<arch>, and reports-out/latest points to the newest.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// GPUs to use: all, or indices like 0 or 0,1.
     #[arg(long, default_value = "0")]
     pub devices: String,
@@ -45,6 +50,22 @@ pub struct Args {
     /// c1b24787ba2 or a prefix like c1b2).
     #[arg(long)]
     pub case: Option<String>,
+    /// Only the trials this expression selects, e.g. 'layer=local & dtype=fp16 & path=fallback'
+    /// (terms joined by &: key=a,b key!=a key~text; keys: name, path, case and the case
+    /// parameters of the reports; layer=local also matches local_e512).
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// Only the trials whose name contains TEXT (pytest's -k); with --filter, both.
+    #[arg(short = 'k', value_name = "TEXT")]
+    pub name: Option<String>,
+    /// Stop starting trials after N failed or errored ones; the report is INCOMPLETE (exit 1).
+    #[arg(long, value_name = "N")]
+    pub max_fail: Option<usize>,
+    /// Run exactly the failed and errored trials of REPORT (a report directory, or one of its
+    /// <arch>/ folders), with this run's other arguments (give the run's own --matrix, --paths
+    /// and workers; --matrix defaults to the report's).
+    #[arg(long, value_name = "REPORT")]
+    pub rerun_failed: Option<PathBuf>,
     /// Leave out the compile-only check of every program for every supported architecture
     /// (NVRTC time on a cold cache; for quick iterations on one GPU, not for CI).
     #[arg(long)]
@@ -122,8 +143,16 @@ pub fn run_with(
     libs_present: bool,
     factory: &dyn ExecutorFactory,
 ) -> anyhow::Result<()> {
+    let rerun = args
+        .rerun_failed
+        .as_deref()
+        .map(failed_trials)
+        .transpose()?;
     let opts = SessionOptions {
-        gpu_matrix: args.matrix.clone(),
+        gpu_matrix: args
+            .matrix
+            .clone()
+            .or_else(|| rerun.as_ref().and_then(|(m, _)| m.clone())),
         selfcheck_matrix: None,
         paths: args.paths.parse::<PathSelection>().map_err(exit::usage)?,
         bounds: args
@@ -143,12 +172,21 @@ pub fn run_with(
             .parse::<DeviceSelection>()
             .map_err(exit::usage)?,
         case: args.case.clone(),
+        filter: selection_filter(&args)?,
+        only: rerun.as_ref().map(|(_, names)| names.clone()),
         workers: crate::worker::specs(&args.impls, &args.workers).map_err(exit::usage)?,
         worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
         self_checks: args.self_checks.then_some(true),
     };
+    let report_out = out::resolve(args.out.as_deref(), args.resume).map_err(exit::usage)?;
+    let out_dir = report_out.dir.clone();
     // At once, before anything slow: a second run into this --out stops here naming the first.
-    let _lock = crate::run_lock::RunLock::acquire(&args.out).map_err(exit::usage)?;
+    let _lock = crate::run_lock::RunLock::acquire(&out_dir).map_err(exit::usage)?;
+    if let Some(id) = &report_out.new_run {
+        if let Err(why) = out::point_latest(Path::new(out::RUNS_ROOT), id) {
+            eprintln!("relattn run: {why}");
+        }
+    }
     let run_started = Instant::now();
     let tally = Arc::new(Mutex::new(Tally {
         phase: "setup (matrix, devices, kernels, workers)",
@@ -188,7 +226,7 @@ pub fn run_with(
     let mut env = environment(&session, &args);
     let identity = run_identity(&session, &args);
     env.extra.insert(IDENTITY_KEY.into(), identity.clone());
-    let arch_dir = args.out.join(&arch);
+    let arch_dir = out_dir.join(&arch);
     // Any file `report show` reads as a report counts (a CSV-only report too): never overwritten.
     let has_report = ["results.jsonl", "summary.json", "results.csv"]
         .iter()
@@ -197,6 +235,25 @@ pub fn run_with(
         let kept = relattn_reports::load_arch(&arch_dir)
             .map_err(|e| exit::usage(format!("--resume: {e}")))?;
         check_identity(&arch_dir, &kept.environment, &identity)?;
+        // A finished report is left as it is (rewriting it would reset its wall time and
+        // `finished`): the resume has nothing to run, and ends as the run did.
+        if kept.complete && kept.rows.len() == session.trials.len() {
+            let summary = kept.summary();
+            eprintln!(
+                "relattn run: {} is complete ({} trials): nothing to resume",
+                arch_dir.display(),
+                kept.rows.len()
+            );
+            return if summary.all_passed() {
+                Ok(())
+            } else {
+                Err(exit::failed(format!(
+                    "{} trial(s) failed or errored in {}",
+                    summary.counts.fail + summary.counts.error,
+                    arch_dir.display()
+                )))
+            };
+        }
         env.started = kept.environment.started.clone();
         let mut resumed = kept
             .environment
@@ -206,7 +263,7 @@ pub fn run_with(
             .unwrap_or_default();
         resumed.push(serde_json::json!(relattn_reports::now()));
         env.extra.insert("resumed".into(), resumed.into());
-        let (writer, rows) = ReportWriter::resume(&args.out, &arch, env)?;
+        let (writer, rows) = ReportWriter::resume(&out_dir, &arch, env)?;
         let names: std::collections::HashSet<&str> =
             session.trials.iter().map(|t| t.name.as_str()).collect();
         if let Some(r) = rows.iter().find(|r| !names.contains(r.trial.as_str())) {
@@ -233,7 +290,7 @@ pub fn run_with(
         )));
     } else {
         (
-            ReportWriter::create(&args.out, &arch, env)?,
+            ReportWriter::create(&out_dir, &arch, env)?,
             Default::default(),
         )
     };
@@ -270,9 +327,10 @@ pub fn run_with(
         keep: Some(&failures),
         processes: args.processes,
         tally: Some(tally.clone()),
+        max_fail: args.max_fail,
         ..Engine::new(&session)
     };
-    engine.run(&done, |row| {
+    let max_failed = engine.run(&done, |row| {
         if bar.is_hidden() && started.elapsed() > Duration::from_secs(2) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
@@ -290,7 +348,7 @@ pub fn run_with(
     bar.finish_and_clear();
     // A failed compile check counts like a failing trial. An interrupted run does not wait for
     // them (its report is INCOMPLETE anyway).
-    if let Some(checks) = checks.filter(|_| !crate::engine::stopping()) {
+    if let Some(checks) = checks.filter(|_| !crate::engine::stopping() && !max_failed) {
         tally.lock().unwrap_or_else(|e| e.into_inner()).phase = "compile checks";
         writer.environment_mut().compile_checks = checks.join().unwrap_or_else(|_| {
             vec![relattn_reports::CompileCheck {
@@ -307,12 +365,20 @@ pub fn run_with(
         .extra
         .insert("phases".into(), split.json());
     let dir = writer.dir().to_path_buf();
-    if crate::engine::stopping() {
+    if crate::engine::stopping() || max_failed {
         let done = writer.rows().len();
         writer.finish_incomplete()?;
+        let why = if max_failed {
+            format!(
+                "stopped after {} failed or errored trial(s) (--max-fail)",
+                args.max_fail.unwrap_or(0)
+            )
+        } else {
+            "interrupted".to_string()
+        };
         return Err(exit::failed(format!(
-            "interrupted after {done} of {} trials; the report in {} is INCOMPLETE: continue \
-             it with the same command and --resume",
+            "{why} after {done} of {} trials; the report in {} is INCOMPLETE: continue it with \
+             the same command and --resume",
             session.trials.len(),
             dir.display()
         )));

@@ -21,6 +21,7 @@ use crate::session::Session;
 use relattn_reports::Row;
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How a session's trials run.
@@ -33,6 +34,8 @@ pub struct Engine<'s> {
     pub processes: usize,
     /// Counts by status as rows arrive, for the progress line.
     pub tally: Option<Arc<Mutex<Tally>>>,
+    /// Start no trial after this many failed or errored ones (`--max-fail`).
+    pub max_fail: Option<usize>,
 }
 
 impl<'s> Engine<'s> {
@@ -42,14 +45,22 @@ impl<'s> Engine<'s> {
             keep: None,
             processes: 1,
             tally: None,
+            max_fail: None,
         }
     }
 
     /// Run every trial of the session but those in `done` (a resumed report's), handing each
     /// row to `on_row` on this thread as soon as it finishes. No trial starts once a stop was
-    /// asked for (`stopping`).
-    pub fn run(&self, done: &HashSet<String>, mut on_row: impl FnMut(Row)) {
-        schedule::run_all(self, done, |row| {
+    /// asked for (`stopping`) or `max_fail` trials failed or errored; the trials in flight
+    /// finish. Returns whether `max_fail` stopped it.
+    pub fn run(&self, done: &HashSet<String>, mut on_row: impl FnMut(Row)) -> bool {
+        let bad = AtomicUsize::new(0);
+        let limit = self.max_fail.unwrap_or(usize::MAX);
+        let stop = || stopping() || bad.load(Ordering::SeqCst) >= limit;
+        schedule::run_all(self, done, &stop, |row| {
+            if row.status.is_bad() {
+                bad.fetch_add(1, Ordering::SeqCst);
+            }
             if let Some(tally) = &self.tally {
                 let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
                 t.done += 1;
@@ -57,6 +68,7 @@ impl<'s> Engine<'s> {
             }
             on_row(row);
         });
+        bad.load(Ordering::SeqCst) >= limit
     }
 
     /// Run `trials` one after the other on this thread, in their order, until `enough` says

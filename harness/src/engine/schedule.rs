@@ -3,7 +3,6 @@
 //! thread of its own (a worker process serves one request at a time), and the CPU trials on the
 //! rest; rows come back to the caller's thread in the order they finish.
 
-use super::cancel::stopping;
 use super::cases::CaseStore;
 use super::trial::{run_trial, start_trial, Runners, Step};
 use super::Engine;
@@ -22,7 +21,12 @@ const JUDGES_PER_DEVICE: usize = 2;
 /// Run every trial of `engine.session` not in `done` (CPU ones on threads of their own, native
 /// GPU ones on one thread per device, each worker's on one thread) and hand each row to `on_row`
 /// (on this thread) as soon as it finishes.
-pub(super) fn run_all(engine: &Engine<'_>, done: &HashSet<String>, mut on_row: impl FnMut(Row)) {
+pub(super) fn run_all(
+    engine: &Engine<'_>,
+    done: &HashSet<String>,
+    stopping: &(dyn Fn() -> bool + Sync),
+    mut on_row: impl FnMut(Row),
+) {
     let (session, keep, processes) = (engine.session, engine.keep, engine.processes);
     let (tx, rx) = mpsc::channel::<Row>();
     let trials: Vec<Trial> = session

@@ -12,6 +12,7 @@ mod cli_bench;
 mod cli_exec;
 mod cli_judge;
 mod cli_limits;
+mod cli_loop;
 mod cli_matrix;
 mod cli_reference;
 mod cli_report;

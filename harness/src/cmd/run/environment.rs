@@ -58,6 +58,9 @@ pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value 
         "matrix": session.gpu_matrix,
         "shard": args.shard,
         "case": args.case,
+        "filter": args.filter,
+        "name": args.name,
+        "rerun_failed": args.rerun_failed,
         "paths": args.paths,
         "bounds_check": args.bounds_check,
         "devices": args.devices,
@@ -84,7 +87,7 @@ pub(super) fn check_identity(
         .as_object()
         .into_iter()
         .flatten()
-        .filter(|(k, v)| old.get(k.as_str()) != Some(v))
+        .filter(|(k, v)| old.get(k.as_str()).unwrap_or(&serde_json::Value::Null) != *v)
         .map(|(k, v)| {
             format!(
                 "{k} {} (was {})",
