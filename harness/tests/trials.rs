@@ -1,7 +1,8 @@
 //! The `cargo test` harness (libtest-mimic): one trial per routing row, per reference self-check
 //! of the smoke tier, and per (case, path, split) GPU trial of the selected tier.
 //!
-//! `RELATTN_MATRIX` selects the GPU tier (default: `smoke` without a GPU, `ci` with one).
+//! `RELATTN_MATRIX` selects the GPU tier (default: `smoke` without a GPU, `ci` with one);
+//! `RELATTN_FILTER` an expression of `relattn run --filter` (trials by name and parameters).
 //! Trials this machine cannot run are listed as ignored; the reasons are printed first.
 //!
 //! A trial that does not run never passes. libtest (`cargo test`) shows it as ignored with its
@@ -128,15 +129,27 @@ fn main() -> ExitCode {
         }
     };
     let trials = session.trials.clone();
+    // The trials libtest's own filter (`cargo test -- NAME`, `--exact`, `--skip`) selects: the
+    // header counts their ignore reasons only.
+    let selected = |name: &str| {
+        let wanted = args.filter.as_deref().is_none_or(|f| {
+            if args.exact {
+                name == f
+            } else {
+                name.contains(f)
+            }
+        });
+        wanted && !args.skip.iter().any(|s| name.contains(s.as_str()))
+    };
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     // The planted defects (`relattn mutants`): each built into the kernels and caught by the
     // `ci` tier, on this machine's GPU.
     let mutants_ignore = (session.device_count() == 0)
         .then(|| format!("planted defects need a usable GPU ({})", session.gpu_line()));
-    if let Some(reason) = &mutants_ignore {
+    if let Some(reason) = mutants_ignore.as_ref().filter(|_| selected(MUTANTS_TRIAL)) {
         reasons.insert(reason.clone(), 1);
     }
-    for t in &trials {
+    for t in trials.iter().filter(|t| selected(&t.name)) {
         if let Some(r) = &t.ignore {
             *reasons.entry(r.clone()).or_default() += 1;
         }
