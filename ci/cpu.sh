@@ -5,7 +5,7 @@
 # of the ci tier (report under $RELATTN_OUT/self-checks-ci).
 # The tests run under cargo-nextest when it is installed (profile `ci` of .config/nextest.toml:
 # every failure, skipped trials listed, JUnit copied to $RELATTN_OUT/junit/cargo-test.xml), else
-# under `cargo test --workspace`, the README's test command.
+# under `cargo test --release --workspace`, the README's test command.
 # Exit code: the first failing command's (1 = a trial failed, 2 = bad input).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -15,7 +15,7 @@ out="${RELATTN_OUT:-reports-out}"
 
 if cargo nextest --version >/dev/null 2>&1; then
     status=0
-    cargo nextest run --workspace --profile ci || status=$?
+    cargo nextest run --release --workspace --profile ci || status=$?
     # nextest writes its store under the workspace's target/, whatever CARGO_TARGET_DIR says.
     junit="$repo_root/target/nextest/ci/junit.xml"
     if [[ -f "$junit" ]]; then
@@ -24,7 +24,7 @@ if cargo nextest --version >/dev/null 2>&1; then
     fi
     [[ $status -eq 0 ]] || exit "$status"
 else
-    cargo test --workspace
+    cargo test --release --workspace
 fi
 cargo run --release --bin relattn -- run --matrix smoke --out "$out"
 # The reference self-checks of the ci tier (about 40 s on 2 cores): runs on a GPU leave them to

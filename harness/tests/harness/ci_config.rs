@@ -44,8 +44,8 @@ fn the_cpu_job_runs_nextest_with_that_profile_or_falls_back_to_cargo_test() {
     };
     let (probe, nextest, fallback) = (
         at("if cargo nextest --version"),
-        at("cargo nextest run --workspace --profile ci"),
-        at("cargo test --workspace"),
+        at("cargo nextest run --release --workspace --profile ci"),
+        at("cargo test --release --workspace"),
     );
     assert!(probe < nextest && nextest < fallback, "{text}");
     // GPU runs leave the reference self-checks to this job, on the GPU tiers too.
