@@ -11,21 +11,25 @@ pub enum Phase {
     Generate,
     Reference,
     Compile,
+    /// Native paths on the device.
     Gpu,
+    /// Worker processes (whatever device they use).
+    Workers,
     Judge,
     SelfChecks,
 }
 
-const PHASES: [Phase; 6] = [
+const PHASES: [Phase; 7] = [
     Phase::Generate,
     Phase::Reference,
     Phase::Compile,
     Phase::Gpu,
+    Phase::Workers,
     Phase::Judge,
     Phase::SelfChecks,
 ];
 
-static NANOS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static NANOS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 impl Phase {
     pub fn name(self) -> &'static str {
@@ -34,6 +38,7 @@ impl Phase {
             Phase::Reference => "reference",
             Phase::Compile => "compile",
             Phase::Gpu => "gpu",
+            Phase::Workers => "workers",
             Phase::Judge => "judge",
             Phase::SelfChecks => "self_checks",
         }

@@ -11,8 +11,8 @@ use std::fmt::Write;
 const MAX_FAILURES_LISTED: usize = 20;
 /// Slowest trials listed per path.
 const SLOWEST_LISTED: usize = 5;
-/// Distinct skip reasons listed per path.
-const SKIP_REASONS_LISTED: usize = 5;
+/// Distinct skip reasons listed (the rest are counted, each in results.csv).
+const SKIP_REASONS_LISTED: usize = 100;
 
 fn counts_text(c: &StatusCounts) -> String {
     format!(
@@ -71,6 +71,7 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
             "reference",
             "compile",
             "gpu",
+            "workers",
             "judge",
             "self_checks",
         ]
@@ -94,11 +95,17 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
         (true, false) => "INCOMPLETE",
         (true, true) => "PASS",
     };
+    let ran = what_ran(rows);
+    let scope = if ran.starts_with("CPU only") {
+        " (CPU only)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         s,
-        "\n**{verdict}**: {} trials: {}\n",
+        "\n**{verdict}{scope}**: {} trials: {}\n\n{ran}\n",
         summary.counts.total(),
-        counts_text(&summary.counts)
+        counts_text(&summary.counts),
     );
     compile_section(&mut s, summary);
     plots_line(&mut s, plots);
@@ -110,6 +117,7 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
     for (path, prs) in &by_path {
         path_section(&mut s, summary, path, prs);
     }
+    skips(&mut s, rows, &env.notes);
     // Every field above is escaped where it is written; this pass keeps any text a later
     // change forgets from reaching a terminal raw.
     visible(&s).into_owned()
@@ -155,6 +163,15 @@ fn path_section(s: &mut String, summary: &Summary, path: &str, rows: &[&Row]) {
     let Some(ps) = summary.by_path.get(path) else {
         return;
     };
+    if ps.counts.skip == ps.counts.total() {
+        let _ = writeln!(
+            s,
+            "## Path `{}`: not run ({} trials skipped)\n",
+            cell(path),
+            ps.counts.skip
+        );
+        return;
+    }
     let _ = writeln!(s, "## Path `{}`: {}\n", cell(path), counts_text(&ps.counts));
     let _ = writeln!(
         s,
@@ -216,7 +233,6 @@ fn path_section(s: &mut String, summary: &Summary, path: &str, rows: &[&Row]) {
         slowest(s, rows);
     }
     failures(s, rows);
-    skips(s, rows);
 }
 
 fn slowest(s: &mut String, rows: &[&Row]) {
@@ -274,7 +290,9 @@ fn failures(s: &mut String, rows: &[&Row]) {
     s.push('\n');
 }
 
-fn skips(s: &mut String, rows: &[&Row]) {
+/// Every skip reason of the report once, with its count over all paths, most common first; a
+/// reason that is one of the report's notes is named as that note instead of repeated.
+fn skips(s: &mut String, rows: &[Row], notes: &[String]) {
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.status == Status::Skip) {
         *reasons.entry(r.message.as_str()).or_default() += 1;
@@ -284,21 +302,126 @@ fn skips(s: &mut String, rows: &[&Row]) {
     }
     let mut reasons: Vec<(&str, usize)> = reasons.into_iter().collect();
     reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let _ = writeln!(s, "Skip reasons:\n");
+    let _ = writeln!(s, "## Skipped trials\n");
     for (reason, n) in reasons.iter().take(SKIP_REASONS_LISTED) {
         let reason = if reason.is_empty() {
-            "(no reason given)"
+            "(no reason given)".to_string()
+        } else if notes.iter().any(|note| note == reason) {
+            format!("{} (the note above)", cell(first_clause(reason)))
         } else {
-            reason
+            cell(reason)
         };
-        let _ = writeln!(s, "- {n} x {}", cell(reason));
+        let _ = writeln!(s, "- {n} x {reason}");
     }
     if reasons.len() > SKIP_REASONS_LISTED {
         let _ = writeln!(
             s,
-            "- ... and {} other reasons",
+            "- {} more reasons, each in the `message` column of results.csv",
             reasons.len() - SKIP_REASONS_LISTED
         );
     }
     s.push('\n');
+}
+
+/// The text before the first `:` (`no GPU` of `no GPU: no NVIDIA driver ...`).
+fn first_clause(text: &str) -> &str {
+    text.split(':').next().unwrap_or(text)
+}
+
+/// What the report's trials ran, by kind: routing checks, reference self-checks, native GPU
+/// paths and workers (`<worker>/<path>`), so a report whose GPU trials were all skipped never
+/// reads as a GPU pass.
+fn what_ran(rows: &[Row]) -> String {
+    let (mut routing, mut reference, mut native, mut workers, mut skipped) = (0, 0, 0, 0, 0);
+    for r in rows {
+        if r.status == Status::Skip {
+            skipped += 1;
+            continue;
+        }
+        match r.path.as_str() {
+            "routing" => routing += 1,
+            "reference" => reference += 1,
+            p if p.contains('/') => workers += 1,
+            _ => native += 1,
+        }
+    }
+    let not_run = if skipped > 0 {
+        format!("; {skipped} not run (Skipped trials below)")
+    } else {
+        String::new()
+    };
+    if native == 0 && workers == 0 {
+        return format!(
+            "CPU only: {routing} routing checks and {reference} reference self-checks; 0 GPU \
+             trials{not_run}"
+        );
+    }
+    format!(
+        "Ran: {routing} routing checks, {reference} reference self-checks, {native} native GPU \
+         trials, {workers} worker trials{not_run}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Environment;
+
+    fn row(trial: &str, path: &str, status: Status, message: &str) -> Row {
+        let mut r = Row::new("c1", trial, path, status);
+        r.message = message.to_string();
+        r
+    }
+
+    /// A run without a GPU says so in its headline, a path none of whose trials ran is one line,
+    /// and each skip reason is listed once for the whole report (a reason that is a note is
+    /// named, not repeated).
+    #[test]
+    fn a_cpu_only_report_headlines_what_ran_and_lists_each_skip_reason_once() {
+        let no_gpu = "no GPU: no NVIDIA driver: NVML could not be loaded";
+        let rows = vec![
+            row("routing::sm_90", "routing", Status::Pass, ""),
+            row("reference::oracle::a", "reference", Status::Pass, ""),
+            row("gpu::fallback::a", "fallback", Status::Skip, no_gpu),
+            row("gpu::score_mod::a", "score_mod", Status::Skip, no_gpu),
+            row(
+                "gpu::score_mod::b",
+                "score_mod",
+                Status::Skip,
+                "no split-KV",
+            ),
+        ];
+        let env = Environment {
+            notes: vec![no_gpu.to_string()],
+            ..Environment::default()
+        };
+        let summary = Summary::of("cpu", env, &rows, true);
+        let text = render(&summary, &rows, &[]);
+        assert!(text.contains("**PASS (CPU only)**: 5 trials"), "{text}");
+        assert!(
+            text.contains(
+                "CPU only: 1 routing checks and 1 reference self-checks; 0 GPU trials; 3 not run"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("## Path `fallback`: not run (1 trials skipped)"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("NVML could not be loaded").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("- 2 x no GPU (the note above)"), "{text}");
+        assert!(text.contains("- 1 x no split-KV"), "{text}");
+        // With a GPU trial run, the headline says so.
+        let mut gpu = rows.clone();
+        gpu.push(row("gpu::fallback::b", "fallback", Status::Pass, ""));
+        gpu.push(row("impl::numpy::x", "numpy/numpy", Status::Pass, ""));
+        let summary = Summary::of("sm90", Environment::default(), &gpu, true);
+        let text = render(&summary, &gpu, &[]);
+        assert!(text.contains("**PASS**: 7 trials"), "{text}");
+        assert!(text.contains("Ran: 1 routing checks, 1 reference self-checks, 1 native GPU trials, 1 worker trials; 3 not run"), "{text}");
+    }
 }

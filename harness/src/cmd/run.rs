@@ -219,9 +219,18 @@ pub fn run_with(
         session.gpu_line()
     );
     if arch == "cpu" {
-        eprintln!(
-            "relattn run: no usable GPU, running the CPU part (routing and reference checks) only"
-        );
+        let workers = session.workers.len();
+        if workers == 0 {
+            eprintln!(
+                "relattn run: no usable GPU, running the CPU part (routing and reference checks) \
+                 only"
+            );
+        } else {
+            eprintln!(
+                "relattn run: no usable GPU: the native paths do not run; the routing and \
+                 reference checks and the trials of {workers} worker(s) do"
+            );
+        }
     }
     let mut env = environment(&session, &args);
     let identity = run_identity(&session, &args);

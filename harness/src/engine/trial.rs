@@ -107,7 +107,11 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
                         split: *split,
                         timing: None,
                     };
-                    let result = phases::time(Phase::Gpu, || runner.run(slot, &req));
+                    let phase = match target {
+                        Target::Native { .. } => Phase::Gpu,
+                        Target::Worker { .. } => Phase::Workers,
+                    };
+                    let result = phases::time(phase, || runner.run(slot, &req));
                     // The references first, so the judge's time is the judge's alone (and a
                     // judging thread never waits for a case being built).
                     if result.is_ok() {
