@@ -4,8 +4,8 @@
 //! second model of them.
 
 use relattn_kernels::gpu::{
-    bias_stages, has_single_query_ctas, kv_map_shape, plan_launches, streams_kv, Geometry, Splits,
-    Stage, CTA_ROWS, KEY_TILE, WGMMA_ARCH,
+    bias_stages, has_single_query_ctas, kv_map_shape, path_kernels, plan_launches, streams_kv,
+    BiasSource, Geometry, Splits, Stage, CTA_ROWS, KEY_TILE, WGMMA_ARCH,
 };
 use relattn_matrices::Case;
 use relattn_reference::{DType, Inputs};
@@ -97,17 +97,14 @@ impl Feature {
     /// must be reached; the others print `-`).
     pub fn applies(self, path: PathId, stage: Stage) -> bool {
         let query = matches!(stage, Stage::Main | Stage::Windowed);
+        let kernels = path_kernels(path);
         match self {
-            Feature::SplitKv => matches!(
-                (path, stage),
-                (PathId::ShearedBias, Stage::Main | Stage::Combine)
-                    | (PathId::Fallback, Stage::Decode)
-            ),
+            Feature::SplitKv => kernels.split_stages.contains(&stage),
             Feature::DecodePieces => stage == Stage::Decode,
             Feature::SingleQuery | Feature::StreamedKv | Feature::TensorCopy => query,
-            // sheared_bias reads its sheared buffer, not rel_logits.
+            // Only rows that read rel_logits stage or gather it (a prologue's buffer is neither).
             Feature::StagedBias | Feature::GatheredBias => {
-                path != PathId::ShearedBias && (query || stage == Stage::Decode)
+                kernels.bias == BiasSource::RelLogits && (query || stage == Stage::Decode)
             }
             // Prologue and combine work per query row: KV tiles and pages are not theirs.
             Feature::PartialTile
@@ -248,7 +245,7 @@ pub fn of_cases(cases: &[Case]) -> Coverage {
 pub fn entries() -> Vec<Entry> {
     let mut v = Vec::new();
     for path in PathId::ALL {
-        for &stage in Stage::of(path) {
+        for &stage in path_kernels(path).stages {
             for dtype in DTYPES {
                 v.push(Entry { path, stage, dtype });
             }

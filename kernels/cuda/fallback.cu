@@ -1,4 +1,4 @@
-#include "attention.cuh"
+#include "rel_row.cuh"
 #include "entry.cuh"
 // fallback path (the Ampere/Ada route): the generic tiled kernel, where one program is a block of
 // query rows x all G query heads of one KV head (K/V staged once for the whole group), plus the
@@ -7,58 +7,25 @@
 // Bias per score: rel_logits[t, h, d] when 0 <= d < E, else 0, computed by a branch (no clamp);
 // causal and window masks are explicit.
 
-// A virtual row: query row i0 + vr / G with the query head of group member vr % G.
+// A virtual row (`RelRow`, rel_row.cuh) with the bias by a branch.
 template <class T>
-struct FallbackRow : RowBase {
-    i64 rel_row;
+struct FallbackRow : RelRow<T, FallbackRow<T>> {
     static constexpr bool REL_ROWS = true;  // the bias is rel_logits[t, h, d] (`RelStage`)
-    __device__ __forceinline__ FallbackRow(const Params& p, const Cta& c, int vr) {
-        const i64 g = vr % (int)p.G;
-        place(p, c, vr, c.kvh * p.G + g);
-        rel_ok = in_block && (i < c.r.q_len);
-        rel_row = (t * p.H + h) * p.E;
-    }
-    using Cursor = RelCursor<T>;
-    __device__ __forceinline__ Cursor cursor(const Params& p, int j0) const { return rel_cursor<T>(p, rel_row, pos, j0); }
+    using RelRow<T, FallbackRow<T>>::RelRow;
     // Bias of key j0 + x: rel_logits[t, h, d] when 0 <= d < E, else 0, by a branch (no clamp);
     // -inf where the causal or window mask hides the key.
-    __device__ __forceinline__ float bias_at(const Params& p, const Cursor& cu, int x) const {
+    __device__ __forceinline__ float bias_at(const Params& p, const RelCursor<T>& cu, int x) const {
         const CellRule rule(p);
         const int d = cu.d0 - x;
-        const bool visible = valid && rule.visible(d);
+        const bool visible = this->valid && rule.visible(d);
         float b = 0.f;
-        if (rel_ok && rule.in_extent(d)) {
-            check_index(rel_row + d, p.rel_size);
+        if (this->rel_ok && rule.in_extent(d)) {
+            check_index(this->rel_row + d, p.rel_size);
             b = to_f32(cu.at[-x]);
         }
         return visible ? b : neg_inf();
     }
-    __device__ __forceinline__ void bias_pair(const Params& p, const Cursor& cu, int x, float& b0, float& b1) const {
-        b0 = bias_at(p, cu, x);
-        b1 = bias_at(p, cu, x + 1);
-    }
-    __device__ __forceinline__ float bias(const Params& p, int j) const { return bias_at(p, cursor(p, j), 0); }
-    __device__ __forceinline__ void bias2(const Params& p, int j, float& b0, float& b1) const {
-        bias_pair(p, cursor(p, j), 0, b0, b1);
-    }
 };
-
-// Grid: (ceil(max_q_len / (MMA_ROWS / G)), Hkv, B).
-template <class T>
-__device__ void fallback_main(const Params& p) {
-    Cta c;
-    if (!query_cta(p, blockIdx.z, blockIdx.y, c)) return;
-    run_cta<T, FallbackRow<T>>(p, c);
-}
-
-// The same kernel for windowed layers (window_left >= 0), whose query blocks also stage the tiles
-// that need masks. Grid as `fallback_main`.
-template <class T>
-__device__ void fallback_windowed(const Params& p) {
-    Cta c;
-    if (!query_cta(p, blockIdx.z, blockIdx.y, c)) return;
-    run_cta<T, FallbackRow<T>, true>(p, c);
-}
 
 // Keys a decode request attends to (SPEC 4.3): min(Lk, window_left + 1) when windowed, else Lk
 // (compared before adding 1, so the largest windows cannot overflow).
@@ -224,9 +191,9 @@ __device__ void fallback_decode(const Params& p) {
     merge_group<T>(p, c, m > 1 ? gridDim.x : 0, n, -1);
 }
 
-RELATTN_ENTRY(fallback_main_bf16, fallback_main, bf16)
-RELATTN_ENTRY(fallback_main_fp16, fallback_main, fp16)
-RELATTN_ENTRY(fallback_windowed_bf16, fallback_windowed, bf16)
-RELATTN_ENTRY(fallback_windowed_fp16, fallback_windowed, fp16)
+RELATTN_ENTRY(fallback_main_bf16, RelRowEntries<FallbackRow>::main, bf16)
+RELATTN_ENTRY(fallback_main_fp16, RelRowEntries<FallbackRow>::main, fp16)
+RELATTN_ENTRY(fallback_windowed_bf16, RelRowEntries<FallbackRow>::windowed, bf16)
+RELATTN_ENTRY(fallback_windowed_fp16, RelRowEntries<FallbackRow>::windowed, fp16)
 RELATTN_DECODE_ENTRY(fallback_decode_bf16, fallback_decode, bf16)
 RELATTN_DECODE_ENTRY(fallback_decode_fp16, fallback_decode, fp16)

@@ -5,8 +5,8 @@
 use relattn_kernels::gpu::{
     attention_smem_bytes, decode_piece_keys, decode_piece_keys_for, decode_piece_layout, files,
     has_single_query_ctas, kv_map_shape, launch_smem_bytes, native_arch, out_poison, padding_bits,
-    plan_launches, ring_stages, unwritten_bits, Geometry, GpuError, SmLimits, Splits, Stage,
-    ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS,
+    path_kernels, plan_launches, ring_stages, unwritten_bits, Geometry, GpuError, SmLimits, Splits,
+    Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS,
     DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, HEAD_DIM,
     KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW,
     SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
@@ -54,8 +54,8 @@ fn windowed_layers_take_the_windowed_entry_of_score_mod_and_fallback() {
         assert!(stage.is_attention());
     }
     assert!(!Stage::Prologue.is_attention() && !Stage::Combine.is_attention());
-    assert!(Stage::of(PathId::Fallback).contains(&Stage::Windowed));
-    assert!(!Stage::of(PathId::ShearedBias).contains(&Stage::Windowed));
+    assert!(path_kernels(PathId::Fallback).has(Stage::Windowed));
+    assert!(!path_kernels(PathId::ShearedBias).has(Stage::Windowed));
 }
 
 #[test]

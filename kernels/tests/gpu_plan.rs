@@ -2,8 +2,8 @@
 //! kernel parameter layout and launch planning. None of these needs a driver.
 
 use relattn_kernels::gpu::{
-    self, c_struct_fields, check_arch, entry_name, files, own_file, CompilePlan, Mutant, Params,
-    Stage, Variant, CHECK_ARCHS, DTYPES, PARAMS_BYTES, PARAM_FIELDS,
+    self, c_struct_fields, check_arch, entry_name, files, own_file, path_kernels, BiasSource,
+    CompilePlan, Mutant, Params, Stage, Variant, CHECK_ARCHS, DTYPES, PARAMS_BYTES, PARAM_FIELDS,
 };
 use relattn_kernels::routing::PathId;
 
@@ -26,14 +26,22 @@ fn sources_include_only_the_project_headers() {
             );
         }
     }
-    // Each file includes what it uses: a path's file the attention loops and the kernel entries
-    // (sheared_bias the split combine too), the loops their parts (the query blocks' biases
+    // Each file includes what it uses: a path's file the attention loops (through rel_row.cuh
+    // where its rows read rel_logits) and the kernel entries (sheared_bias the split combine
+    // too), rel_row.cuh the attention loops, the loops their parts (the query blocks' biases
     // first), the parts the CTA's pieces (and the sm_90a instructions), the paged K/V copies and
     // the per-tile pieces the CTA's geometry, the geometry, the instructions and the other pieces
     // the parameters, the parameters the basics.
     for path in PathId::ALL {
         let text = own_file(path).1;
-        assert!(text.starts_with("#include \"attention.cuh\"\n"));
+        let first = match path_kernels(path).bias {
+            BiasSource::RelLogits => "rel_row.cuh",
+            BiasSource::Prologue => "attention.cuh",
+        };
+        assert!(
+            text.starts_with(&format!("#include \"{first}\"\n")),
+            "{path}"
+        );
         assert!(text.contains("\n#include \"entry.cuh\"\n"), "{path}");
         assert_eq!(
             text.contains("\n#include \"combine.cuh\"\n"),
@@ -42,6 +50,7 @@ fn sources_include_only_the_project_headers() {
         );
     }
     for (name, first) in [
+        ("rel_row.cuh", "attention.cuh"),
         ("attention.cuh", "query_bias.cuh"),
         ("decode.cuh", "query_bias.cuh"),
         ("window_block.cuh", "query_block.cuh"),
@@ -118,7 +127,7 @@ fn architecture_ifdefs_stand_only_in_files_of_that_concern() {
 fn every_entry_is_defined_in_its_path_source() {
     for path in PathId::ALL {
         let (file, text) = own_file(path);
-        for &stage in Stage::of(path) {
+        for &stage in path_kernels(path).stages {
             for dtype in DTYPES {
                 let name = entry_name(path, stage, dtype);
                 assert!(
@@ -170,7 +179,7 @@ fn plan_options_follow_the_variant() {
         all_entries.extend(p.entries.iter().cloned());
         // The path's own file, which includes the shared headers NVRTC gets in memory.
         assert_eq!(p.source, gpu::own_file(p.path).1);
-        assert!(p.source.starts_with("#include \"attention.cuh\""));
+        assert!(p.source.starts_with("#include \""));
         let names: Vec<&str> = p.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -192,7 +201,8 @@ fn plan_options_follow_the_variant() {
                 "query_block.cuh",
                 "window_block.cuh",
                 "decode.cuh",
-                "attention.cuh"
+                "attention.cuh",
+                "rel_row.cuh"
             ]
         );
         assert!(!p
@@ -230,9 +240,18 @@ fn plan_options_follow_the_variant() {
     );
     // The defect is an edit of the program's sources, not a define.
     let edited = &Mutant::KvHeadModulo.patches()[0];
-    assert_eq!(edited.file, "fallback.cu");
-    assert!(checked.programs[0].source.contains(edited.to));
-    assert!(!own_file(PathId::Fallback).1.contains(edited.to));
+    assert_eq!(edited.file, "rel_row.cuh");
+    let header = |plan: &CompilePlan| {
+        let (_, text) = plan.programs[0]
+            .headers
+            .iter()
+            .find(|(n, _)| n == edited.file)
+            .unwrap();
+        text.clone()
+    };
+    assert!(header(&checked).contains(edited.to));
+    let plain = CompilePlan::new("sm_100", Variant::PLAIN, &[PathId::Fallback]).unwrap();
+    assert!(!header(&plain).contains(edited.to));
     assert_eq!(v.label(), "checked+kv_head_modulo");
 }
 
@@ -419,15 +438,15 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
         assert!(m.patches().iter().all(|p| common.contains(p.from)), "{m}");
     }
     for path in PathId::ALL {
-        let own = own_file(path).1;
+        let (own, k) = (own_file(path).1, path_kernels(path));
         assert_eq!(
             own.contains("combine_row<T>("),
-            path == PathId::ShearedBias,
+            k.has(Stage::Combine),
             "{path}"
         );
         assert_eq!(
             own.contains("REL_ROWS = true"),
-            path != PathId::ShearedBias,
+            k.bias == BiasSource::RelLogits,
             "{path}"
         );
     }
@@ -451,6 +470,50 @@ fn mutants_are_distinct_and_planted_where_they_apply() {
             .count(),
         1
     );
+}
+
+/// The files a path's program reads: its own and every header it includes, directly or through
+/// another header.
+fn program_files(path: PathId) -> Vec<&'static str> {
+    let text_of = |name: &str| {
+        files(path)
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("{path}: no file {name}"))
+            .1
+    };
+    let mut seen = vec![own_file(path).0];
+    let mut i = 0;
+    while i < seen.len() {
+        for line in text_of(seen[i]).lines() {
+            if let Some(rest) = line.strip_prefix("#include \"") {
+                let name = rest.split('"').next().unwrap();
+                if !seen.contains(&name) {
+                    seen.push(name);
+                }
+            }
+        }
+        i += 1;
+    }
+    seen
+}
+
+/// Every defect a path's descriptor says it holds is planted in a file its program reads: a new
+/// path whose rows are its own (not rel_row.cuh's) fails here until its file has the edits of the
+/// defects planted only in rows (the GQA map, the rel_logits row, `rel_ok`).
+#[test]
+fn each_paths_defects_are_planted_in_its_program() {
+    for path in PathId::ALL {
+        let reads = program_files(path);
+        for m in path_kernels(path).defects() {
+            assert!(
+                m.patches().iter().any(|p| reads.contains(&p.file)),
+                "{m} on {path}: no edit in {reads:?}"
+            );
+        }
+    }
+    assert!(program_files(PathId::ShearedBias).contains(&"combine.cuh"));
+    assert!(!program_files(PathId::ScoreMod).contains(&"combine.cuh"));
 }
 
 #[test]

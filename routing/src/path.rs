@@ -45,44 +45,44 @@ pub struct PathSpec {
     pub max_splits: usize,
 }
 
-static SPECS: [PathSpec; 3] = [
-    PathSpec {
-        path: PathId::ShearedBias,
-        main_split_kv: true,
-        split_kv_decode: false,
-        extent_multiple_of: Some(SHEAR_TILE),
-        requires_window_equals_extent: true,
-        head_dim: HEAD_DIM,
-        max_splits: SHEARED_MAX_SPLITS,
-    },
-    PathSpec {
-        path: PathId::ScoreMod,
-        main_split_kv: false,
-        split_kv_decode: false,
-        extent_multiple_of: None,
-        requires_window_equals_extent: false,
-        head_dim: HEAD_DIM,
-        max_splits: 1,
-    },
-    PathSpec {
-        path: PathId::Fallback,
-        main_split_kv: false,
-        split_kv_decode: true,
-        extent_multiple_of: None,
-        requires_window_equals_extent: false,
-        head_dim: HEAD_DIM,
-        max_splits: FALLBACK_MAX_SPLITS,
-    },
-];
-
 /// The limits of a path.
 pub fn path_spec(path: PathId) -> &'static PathSpec {
     match path {
-        PathId::ShearedBias => &SPECS[0],
-        PathId::ScoreMod => &SPECS[1],
-        PathId::Fallback => &SPECS[2],
+        PathId::ShearedBias => &SHEARED_BIAS,
+        PathId::ScoreMod => &SCORE_MOD,
+        PathId::Fallback => &FALLBACK,
     }
 }
+
+static SHEARED_BIAS: PathSpec = PathSpec {
+    path: PathId::ShearedBias,
+    main_split_kv: true,
+    split_kv_decode: false,
+    extent_multiple_of: Some(SHEAR_TILE),
+    requires_window_equals_extent: true,
+    head_dim: HEAD_DIM,
+    max_splits: SHEARED_MAX_SPLITS,
+};
+
+static SCORE_MOD: PathSpec = PathSpec {
+    path: PathId::ScoreMod,
+    main_split_kv: false,
+    split_kv_decode: false,
+    extent_multiple_of: None,
+    requires_window_equals_extent: false,
+    head_dim: HEAD_DIM,
+    max_splits: 1,
+};
+
+static FALLBACK: PathSpec = PathSpec {
+    path: PathId::Fallback,
+    main_split_kv: false,
+    split_kv_decode: true,
+    extent_multiple_of: None,
+    requires_window_equals_extent: false,
+    head_dim: HEAD_DIM,
+    max_splits: FALLBACK_MAX_SPLITS,
+};
 
 /// The facts of a case that a path's limits look at, whatever its split count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

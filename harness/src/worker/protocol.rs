@@ -2,6 +2,7 @@
 //! reading of the answers. An answer that is not a JSON object of this protocol is a
 //! `ProtocolError`, which costs the worker its life (relattn restarts it), never a panic.
 
+use relattn_kernels::routing::PathId;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -282,9 +283,14 @@ pub fn parse_route(v: &Value, id: u64) -> Result<RouteAnswer, ProtocolError> {
     let path = v
         .get("path")
         .and_then(Value::as_str)
-        .filter(|p| ["sheared_bias", "score_mod", "fallback"].contains(p))
+        .filter(|p| PathId::ALL.iter().any(|id| id.as_str() == *p))
         .ok_or_else(|| {
-            bad("route answer: `path` must be sheared_bias, score_mod or fallback when not rejected")
+            let names = PathId::ALL.map(|id| id.as_str());
+            let (last, rest) = names.split_last().expect("there are paths");
+            bad(format!(
+                "route answer: `path` must be {} or {last} when not rejected",
+                rest.join(", ")
+            ))
         })?;
     let num_splits = match v.get("num_splits") {
         None | Some(Value::Null) => None,

@@ -8,6 +8,7 @@
 
 use super::error::GpuError;
 use super::geometry::Geometry;
+use super::paths::path_kernels;
 use super::source::{Stage, DTYPES};
 use crate::routing::{self, PathId};
 use std::ops::Range;
@@ -351,8 +352,9 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     let group_tiles = q_tiles(CTA_ROWS / g_size)?;
     let mut launches = Vec::new();
     let (mut piece_keys, mut decode_pieces) = (0, 0);
-    // score_mod and fallback take their windowed entry on windowed layers.
-    let query_stage = if g.is_local() {
+    // Windowed layers take the path's windowed entry where it has one.
+    let kernels = path_kernels(path);
+    let query_stage = if g.is_local() && kernels.has(Stage::Windowed) {
         Stage::Windowed
     } else {
         Stage::Main
@@ -378,7 +380,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
                 65535,
             )?;
             launches.push(Launch {
-                stage: Stage::Main,
+                stage: query_stage,
                 grid: (group_tiles, split_heads, batch),
             });
             if s > 1 {
@@ -432,6 +434,7 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
         }
     };
     launches.retain(|l| l.grid.0 > 0 && l.grid.1 > 0 && l.grid.2 > 0);
+    debug_assert!(launches.iter().all(|l| kernels.has(l.stage)), "{path}");
     Ok(LaunchPlan {
         path,
         num_splits,

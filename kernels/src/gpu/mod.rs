@@ -19,6 +19,7 @@ mod launch_plan;
 mod mutant;
 mod mutant_patches;
 mod params;
+mod paths;
 mod peaks;
 mod plan;
 mod run;
@@ -41,8 +42,9 @@ pub use launch_plan::{
     KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW,
     SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
-pub use mutant::{Mutant, Patch};
+pub use mutant::{Mutant, Patch, Site};
 pub use params::{c_struct_fields, Params, TensorMap, FIELDS as PARAM_FIELDS, PARAMS_BYTES};
+pub use paths::{path_kernels, BiasSource, PathKernels};
 pub use peaks::{
     measure_copy, measure_gemm, measure_peaks, CopyPeak, GemmPeak, PeakError, PeakOptions, Peaks,
     Timing,

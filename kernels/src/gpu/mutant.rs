@@ -4,13 +4,28 @@
 
 #![deny(unsafe_code)]
 
+use super::paths::path_kernels;
 use crate::routing::PathId;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::LazyLock;
 
-const ALL_PATHS: &[PathId] = &[PathId::ShearedBias, PathId::ScoreMod, PathId::Fallback];
-/// The paths with a split combine: sheared_bias's combine and the fallback decode's merge.
-const COMBINE_PATHS: &[PathId] = &[PathId::ShearedBias, PathId::Fallback];
+/// Where in the kernels a planted defect sits: which paths hold it is then each path's
+/// descriptor's answer (`PathKernels::holds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// Code every path runs: the attention loops, the CTA geometry, the parameters, and what
+    /// every path's rows do (planted in each path's rows).
+    Every,
+    /// A merge of split partials: a combine kernel or the split-KV decode kernel's merge.
+    SplitMerge,
+    /// The combine kernel (`Stage::Combine`), which reads a partial per split.
+    CombineKernel,
+    /// The split-KV decode kernel (`Stage::Decode`): its counters and its pieces.
+    DecodeKernel,
+    /// Rows whose bias is `rel_logits` itself (`BiasSource::RelLogits`): its staged cells.
+    RelLogitsRows,
+}
 
 /// One edit of a planted defect: in `file` (a path's `.cu` or a shared header), the production
 /// text `from`, found exactly once, becomes `to`.
@@ -165,20 +180,52 @@ impl Mutant {
         super::mutant_patches::patches_of(self)
     }
 
-    /// The paths whose kernels contain the defect's line.
-    pub fn paths(self) -> &'static [PathId] {
+    /// The kind of kernel code the defect's line is in.
+    pub fn site(self) -> Site {
         match self {
-            // Only the split combines rescale partials: sheared_bias's combine and the fallback
-            // path's decode merge.
-            Mutant::CombineNoRescale | Mutant::CombineClamped => COMBINE_PATHS,
-            // Only sheared_bias's combine reads a partial per split, empty or not.
-            Mutant::EmptySplitPublished => &[PathId::ShearedBias],
-            // Only the fallback decode kernel counts finished splits and cuts splits into pieces.
-            Mutant::CounterNotReset | Mutant::PiecesNoRescale => &[PathId::Fallback],
-            // Only the paths whose rows read rel_logits stage it (sheared_bias reads its buffer).
-            Mutant::Fp16NegInfBits => &[PathId::ScoreMod, PathId::Fallback],
-            _ => ALL_PATHS,
+            // Only the split merges rescale partials.
+            Mutant::CombineNoRescale | Mutant::CombineClamped => Site::SplitMerge,
+            // Only a combine kernel reads a partial per split, empty or not.
+            Mutant::EmptySplitPublished => Site::CombineKernel,
+            // Only the split-KV decode kernel counts finished splits and cuts splits into pieces.
+            Mutant::CounterNotReset | Mutant::PiecesNoRescale => Site::DecodeKernel,
+            // Only rows that read rel_logits stage it (a prologue's buffer is not staged).
+            Mutant::Fp16NegInfBits => Site::RelLogitsRows,
+            Mutant::RelIndexMinusOne
+            | Mutant::BiasAtExtent
+            | Mutant::LocalRowBias
+            | Mutant::KvHeadModulo
+            | Mutant::WindowStrict
+            | Mutant::RelRowPastEnd
+            | Mutant::SoftmaxReset
+            | Mutant::RescaleClamped
+            | Mutant::WritesPaddingRows
+            | Mutant::GroupFixedEight
+            | Mutant::BiasOfKvHead
+            | Mutant::PositionWithoutPrefix
+            | Mutant::BlockTableRowZero
+            | Mutant::UnmaskedKeysLoaded
+            | Mutant::BiasTimesScale
+            | Mutant::Bf16Accumulator
+            | Mutant::DispatchOnFirstRequest => Site::Every,
         }
+    }
+
+    /// The paths whose kernels contain the defect's line, in `PathId::ALL` order.
+    pub fn paths(self) -> &'static [PathId] {
+        static PATHS: LazyLock<Vec<Vec<PathId>>> = LazyLock::new(|| {
+            Mutant::ALL
+                .iter()
+                .map(|m| {
+                    PathId::ALL
+                        .into_iter()
+                        .filter(|&p| path_kernels(p).holds(m.site()))
+                        .collect()
+                })
+                .collect()
+        });
+        let at = Mutant::ALL.iter().position(|&m| m == self);
+        &PATHS[at.expect("every defect is in Mutant::ALL")]
     }
 
     /// Whether the defect changes no number, so only a bounds-checked build can catch it.

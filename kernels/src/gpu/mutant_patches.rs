@@ -9,18 +9,18 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::RelIndexMinusOne => &[
             Patch {
                 file: "fallback.cu",
-                from: r#"            check_index(rel_row + d, p.rel_size);
+                from: r#"            check_index(this->rel_row + d, p.rel_size);
             b = to_f32(cu.at[-x]);
 "#,
-                to: r#"            b = ld_rel<T>(p, rel_row + min(max(d - 1, 0), clamp_i32(p.E) - 1));
+                to: r#"            b = ld_rel<T>(p, this->rel_row + min(max(d - 1, 0), clamp_i32(p.E) - 1));
 "#,
             },
             Patch {
                 file: "score_mod.cu",
-                from: r#"            check_index(rel_row + dc, p.rel_size);
+                from: r#"            check_index(this->rel_row + dc, p.rel_size);
             gathered = to_f32(cu.at[-x]);
 "#,
-                to: r#"            gathered = ld_rel<T>(p, rel_row + dc);
+                to: r#"            gathered = ld_rel<T>(p, this->rel_row + dc);
 "#,
             },
             Patch {
@@ -55,18 +55,18 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::BiasAtExtent => &[
             Patch {
                 file: "fallback.cu",
-                from: r#"            check_index(rel_row + d, p.rel_size);
+                from: r#"            check_index(this->rel_row + d, p.rel_size);
             b = to_f32(cu.at[-x]);
 "#,
-                to: r#"            b = ld_rel<T>(p, rel_row + min(d, clamp_i32(p.E) - 1));
+                to: r#"            b = ld_rel<T>(p, this->rel_row + min(d, clamp_i32(p.E) - 1));
 "#,
             },
             Patch {
                 file: "score_mod.cu",
-                from: r#"            check_index(rel_row + dc, p.rel_size);
+                from: r#"            check_index(this->rel_row + dc, p.rel_size);
             gathered = to_f32(cu.at[-x]);
 "#,
-                to: r#"            gathered = ld_rel<T>(p, rel_row + dc);
+                to: r#"            gathered = ld_rel<T>(p, this->rel_row + dc);
 "#,
             },
             Patch {
@@ -100,14 +100,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::LocalRowBias => &[
             Patch {
-                file: "fallback.cu",
-                from: r#"        rel_row = (t * p.H + h) * p.E;
-"#,
-                to: r#"        rel_row = ((i64)i * p.H + h) * p.E;
-"#,
-            },
-            Patch {
-                file: "score_mod.cu",
+                file: "rel_row.cuh",
                 from: r#"        rel_row = (t * p.H + h) * p.E;
 "#,
                 to: r#"        rel_row = ((i64)i * p.H + h) * p.E;
@@ -123,14 +116,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::KvHeadModulo => &[
             Patch {
-                file: "fallback.cu",
-                from: r#"        place(p, c, vr, c.kvh * p.G + g);
-"#,
-                to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
-"#,
-            },
-            Patch {
-                file: "score_mod.cu",
+                file: "rel_row.cuh",
                 from: r#"        place(p, c, vr, c.kvh * p.G + g);
 "#,
                 to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
@@ -178,14 +164,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::RelRowPastEnd => &[
             Patch {
-                file: "fallback.cu",
-                from: r#"        rel_ok = in_block && (i < c.r.q_len);
-"#,
-                to: r#"        rel_ok = in_block && (i <= c.r.q_len);
-"#,
-            },
-            Patch {
-                file: "score_mod.cu",
+                file: "rel_row.cuh",
                 from: r#"        rel_ok = in_block && (i < c.r.q_len);
 "#,
                 to: r#"        rel_ok = in_block && (i <= c.r.q_len);
@@ -259,14 +238,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         }],
         Mutant::GroupFixedEight => &[
             Patch {
-                file: "fallback.cu",
-                from: r#"        place(p, c, vr, c.kvh * p.G + g);
-"#,
-                to: r#"        place(p, c, vr, c.kvh * 8 + g);
-"#,
-            },
-            Patch {
-                file: "score_mod.cu",
+                file: "rel_row.cuh",
                 from: r#"        place(p, c, vr, c.kvh * p.G + g);
 "#,
                 to: r#"        place(p, c, vr, c.kvh * 8 + g);
@@ -282,14 +254,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::BiasOfKvHead => &[
             Patch {
-                file: "fallback.cu",
-                from: r#"        rel_row = (t * p.H + h) * p.E;
-"#,
-                to: r#"        rel_row = (t * p.H + c.kvh) * p.E;
-"#,
-            },
-            Patch {
-                file: "score_mod.cu",
+                file: "rel_row.cuh",
                 from: r#"        rel_row = (t * p.H + h) * p.E;
 "#,
                 to: r#"        rel_row = (t * p.H + c.kvh) * p.E;

@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 use super::launch_plan as lp;
+use super::paths::path_kernels;
 use crate::routing::PathId;
 use relattn_reference::DType;
 
@@ -17,7 +18,8 @@ use relattn_reference::DType;
 /// attention CTA's building blocks (its geometry, the SM80+ instructions, the paged K/V copies,
 /// the per-tile fragments and softmax), the sm_90a instructions, then the attention loops (a file per
 /// concern: the query blocks' biases and softmax, the tensor-core products, the K/V tensor copies, the query block, the
-/// sm_90a windowed block, the single-query CTAs, then the dispatch).
+/// sm_90a windowed block, the single-query CTAs, then the dispatch), and the rows whose bias is
+/// rel_logits itself with their query-block kernels.
 pub const CONSTANTS: &str = include_str!("../../cuda/constants.cuh");
 pub const BASICS: &str = include_str!("../../cuda/basics.cuh");
 pub const PARAMS: &str = include_str!("../../cuda/params.cuh");
@@ -36,7 +38,8 @@ pub const QUERY_BLOCK: &str = include_str!("../../cuda/query_block.cuh");
 pub const WINDOW_BLOCK: &str = include_str!("../../cuda/window_block.cuh");
 pub const DECODE: &str = include_str!("../../cuda/decode.cuh");
 pub const ATTENTION: &str = include_str!("../../cuda/attention.cuh");
-pub const SHARED: [(&str, &str); 18] = [
+pub const REL_ROW: &str = include_str!("../../cuda/rel_row.cuh");
+pub const SHARED: [(&str, &str); 19] = [
     ("constants.cuh", CONSTANTS),
     ("basics.cuh", BASICS),
     ("params.cuh", PARAMS),
@@ -55,24 +58,18 @@ pub const SHARED: [(&str, &str); 18] = [
     ("window_block.cuh", WINDOW_BLOCK),
     ("decode.cuh", DECODE),
     ("attention.cuh", ATTENTION),
+    ("rel_row.cuh", REL_ROW),
 ];
-pub const SCORE_MOD: &str = include_str!("../../cuda/score_mod.cu");
-pub const SHEARED_BIAS: &str = include_str!("../../cuda/sheared_bias.cu");
-pub const FALLBACK: &str = include_str!("../../cuda/fallback.cu");
 
 /// The files a program is made of, in order, as (name, text): the shared ones, then the path's.
 pub fn files(path: PathId) -> Vec<(&'static str, &'static str)> {
-    let own = match path {
-        PathId::ScoreMod => ("score_mod.cu", SCORE_MOD),
-        PathId::ShearedBias => ("sheared_bias.cu", SHEARED_BIAS),
-        PathId::Fallback => ("fallback.cu", FALLBACK),
-    };
-    SHARED.into_iter().chain([own]).collect()
+    SHARED.into_iter().chain([own_file(path)]).collect()
 }
 
-/// The path's own file, as (name, text).
+/// The path's own file (its descriptor's), as (name, text).
 pub fn own_file(path: PathId) -> (&'static str, &'static str) {
-    *files(path).last().expect("a path has its own file")
+    let k = path_kernels(path);
+    (k.file, k.source)
 }
 
 /// The text NVRTC compiles for a path: the path's own file, which includes the shared headers
@@ -141,21 +138,21 @@ pub fn dtype_option(dtype: DType) -> String {
     format!("-DRELATTN_ONLY_{}", dtype.name())
 }
 
-/// A kernel stage of a path.
+/// A kernel stage of a path (which paths define which: `PathKernels::stages`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stage {
-    /// sheared_bias: build the sheared bias buffer.
+    /// Lay out a bias buffer before the main kernel (sheared_bias's sheared rows).
     Prologue,
     /// The tiled flash kernel of every path.
     Main,
-    /// score_mod and fallback: the same kernel for windowed layers, whose query blocks also stage
-    /// the bias rows of tiles that need masks (its own entry, so the global layers' kernel keeps
-    /// its registers).
+    /// The same kernel for windowed layers, whose query blocks also stage the bias rows of tiles
+    /// that need masks (its own entry, so the global layers' kernel keeps its registers); a path
+    /// without it runs `Main` on windowed layers too.
     Windowed,
-    /// sheared_bias: merge split partials.
+    /// Merge the main kernel's split partials.
     Combine,
-    /// fallback: split-KV decode (stage 1 in every CTA, stage 2, the merge, in the last CTA of
-    /// each request and KV head).
+    /// Split-KV decode (stage 1 in every CTA, stage 2, the merge, in the last CTA of each
+    /// request and KV head).
     Decode,
 }
 
@@ -178,15 +175,6 @@ impl Stage {
             Stage::Prologue | Stage::Combine => false,
         }
     }
-
-    /// The stages a path's program defines.
-    pub fn of(path: PathId) -> &'static [Stage] {
-        match path {
-            PathId::ScoreMod => &[Stage::Main, Stage::Windowed],
-            PathId::ShearedBias => &[Stage::Prologue, Stage::Main, Stage::Combine],
-            PathId::Fallback => &[Stage::Main, Stage::Windowed, Stage::Decode],
-        }
-    }
 }
 
 /// The dtypes every program has entries for: the operator's (SPEC 2: bf16, fp16 also legal).
@@ -206,7 +194,8 @@ pub fn entries(path: PathId) -> Vec<String> {
 
 /// The entries of a path's program for one dtype.
 pub fn entries_of(path: PathId, dtype: DType) -> Vec<String> {
-    Stage::of(path)
+    path_kernels(path)
+        .stages
         .iter()
         .map(|&stage| entry_name(path, stage, dtype))
         .collect()
