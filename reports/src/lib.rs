@@ -31,7 +31,7 @@ mod writer;
 pub use csv_io::{ABSENT_CELL, FIXED_COLUMNS};
 pub use diff::{
     check_comparable, diff, DiffOptions, DiffResult, ErrorGrowth, Slowdown, StatusChange,
-    TimingNoise, TrialRef,
+    TimingNoise, TrialRef, TIMING_NOT_JUDGED,
 };
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
