@@ -137,20 +137,22 @@ fn plot(dir: &Path) -> anyhow::Result<()> {
     load(dir)?;
     let drawn = relattn_reports::plot(dir)
         .map_err(|e| exit::usage(format!("cannot plot {}: {e}", dir.display())))?;
-    for (arch_dir, plots) in drawn {
-        if plots.is_empty() {
+    for a in drawn {
+        let plots_dir = a.dir.join(relattn_reports::PLOTS_DIR);
+        if a.drawn.is_empty() && a.skipped.is_empty() {
             println!(
                 "{}: no judged GPU trials (error and bound), no plots",
-                arch_dir.display()
+                a.dir.display()
             );
         }
-        for file in plots {
+        for file in a.drawn {
+            println!("{}", plots_dir.join(file).display());
+        }
+        for (file, why) in a.skipped {
             println!(
-                "{}",
-                arch_dir
-                    .join(relattn_reports::PLOTS_DIR)
-                    .join(file)
-                    .display()
+                "{}: not drawn: {}",
+                plots_dir.join(file).display(),
+                relattn_reports::visible(&why)
             );
         }
     }

@@ -147,7 +147,11 @@ fn report_plot_draws_the_plots_and_links_them() {
     for (i, r) in judged.iter_mut().enumerate() {
         r.params
             .insert("max_kv_len".into(), (1024 << i).to_string());
-        r.params.insert("num_splits_run".into(), "1".into());
+        // Two values of each parameter: a plot against one value is not drawn.
+        r.params
+            .insert("num_splits_run".into(), (1 + i % 2).to_string());
+        let layer = ["global_e128", "local_e128"][i % 2];
+        r.params.insert("layer".into(), layer.into());
     }
     write(&dir, &judged);
     let plots = dir.join("sm90/plots");
