@@ -28,6 +28,10 @@ const NO_POSITIVE_FLOOR: f64 = 1e-4;
 /// within two decades the distance to the bound is what the plot shows; further below, the
 /// bound would squeeze every point into a sliver of the plot (the axis then says where it is).
 const BOUND_IN_VIEW: f64 = 1e-2;
+/// Ratios drawn as they are; one beyond is drawn at the nearer end. Real ratios lie well
+/// within (a kernel's error is not 1e-12 of a tolerance that is itself a rounding bound), and
+/// plotters takes minutes to draw a log axis over hundreds of decades.
+const DRAWN_RANGE: (f64, f64) = (1e-12, 1e12);
 
 const SIZE: (u32, u32) = (900, 560);
 
@@ -85,7 +89,9 @@ struct Ratios<'a> {
     /// A decade below the smallest positive ratio: where ratios of 0 are drawn.
     floor: f64,
     zeros: usize,
-    /// The largest finite ratio (0 when there is none).
+    /// Ratios outside [`DRAWN_RANGE`], drawn at its nearer end.
+    clamped: usize,
+    /// The largest finite ratio as drawn (0 when there is none).
     largest: f64,
 }
 
@@ -110,6 +116,13 @@ impl Ratios<'_> {
         if self.zeros > 0 {
             notes.push(format!("{} of 0 drawn at {:.1e}", self.zeros, self.floor));
         }
+        if self.clamped > 0 {
+            let (lowest, highest) = DRAWN_RANGE;
+            notes.push(format!(
+                "{} outside {lowest:e} to {highest:e} drawn at its ends",
+                self.clamped
+            ));
+        }
         if !self.bound_in_view() {
             notes.push(format!(
                 "the bound, 1, is off the axis: largest {:.2e}",
@@ -121,36 +134,40 @@ impl Ratios<'_> {
 }
 
 fn ratios(rows: &[Row]) -> Ratios<'_> {
+    let (lowest, highest) = DRAWN_RANGE;
     let judged = || {
         rows.iter()
             .filter(|r| r.status != Status::Skip)
             .filter_map(|r| Some((r, r.ratio()?)))
     };
-    let smallest = judged()
-        .map(|(_, ratio)| ratio)
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .fold(f64::INFINITY, f64::min);
+    // Each positive finite ratio as drawn: within the drawn range.
+    let drawn = || {
+        judged()
+            .map(|(_, ratio)| ratio)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(|v| v.clamp(lowest, highest))
+    };
+    let smallest = drawn().fold(f64::INFINITY, f64::min);
     let floor = if smallest.is_finite() {
         smallest / 10.0
     } else {
         NO_POSITIVE_FLOOR
     };
-    let largest = judged()
-        .map(|(_, ratio)| ratio)
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
     let mut out = Ratios {
         by_path: BTreeMap::new(),
         floor,
         zeros: 0,
-        largest,
+        clamped: 0,
+        largest: drawn().fold(0.0, f64::max),
     };
     for (r, ratio) in judged() {
         let entry = out.by_path.entry(r.path.as_str()).or_default();
         if !ratio.is_finite() {
             entry.non_finite += 1;
         } else if ratio > 0.0 {
-            entry.points.push((r, ratio));
+            let shown = ratio.clamp(lowest, highest);
+            out.clamped += usize::from(shown != ratio);
+            entry.points.push((r, shown));
         } else {
             out.zeros += 1;
             entry.points.push((r, floor));
@@ -544,6 +561,10 @@ mod tests {
             (0.0, 5e-324, "-4"),
             (1.0, f64::INFINITY, "NaN"),
             (1e-3, 2e-2, "512"),
+            // A ratio of 5e-308: 300 decades below the others.
+            (5.0, 1e308, "1024"),
+            // And one of 1e300, 300 decades above.
+            (1e300, 1.0, "2048"),
         ]
         .into_iter()
         .enumerate()
@@ -556,10 +577,14 @@ mod tests {
             rows.push(r);
         }
         let plots = report_plots(&rows).unwrap();
-        // Only the finite ratio of 0.05 has a drawable KV length and split count: those two
-        // plots are skipped, with a reason.
+        // A plot whose parameter has one drawable value is skipped, with a reason.
         assert_eq!(plots.len() + skipped_plots(&rows).len(), REPORT_PLOTS.len());
         assert!(plots.iter().all(|(_, svg)| !svg.contains("<layer")));
+        let (_, headroom) = &plots[0];
+        assert!(
+            headroom.contains("2 outside 1e-12 to 1e12 drawn at its ends"),
+            "{headroom}"
+        );
     }
 
     #[test]
