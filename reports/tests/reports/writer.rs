@@ -180,6 +180,40 @@ fn junit_escapes_markup_in_messages() {
 }
 
 #[test]
+fn junit_classnames_are_dotted_and_testcase_names_unique() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = [
+        row("impl::numpy::numpy::a::c1", "numpy/numpy", Status::Pass),
+        row("impl::numpy::numpy::b::c2", "numpy/numpy", Status::Fail),
+        row("gpu::fallback::a::c1", "fallback", Status::Pass),
+    ];
+    crate::common::write(tmp.path(), "cpu", "1/1", &rows);
+    let xml = fs::read_to_string(tmp.path().join("cpu/junit.xml")).unwrap();
+    let classnames: Vec<&str> = xml
+        .split(" classname=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .collect();
+    assert_eq!(
+        classnames,
+        [
+            "relattn.cpu.fallback",
+            "relattn.cpu.numpy.numpy",
+            "relattn.cpu.numpy.numpy"
+        ],
+        "{xml}"
+    );
+    let mut names: Vec<&str> = xml
+        .split("<testcase name=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), rows.len(), "{xml}");
+}
+
+#[test]
 fn junit_times_are_wall_times_and_never_negative() {
     let tmp = tempfile::tempdir().unwrap();
     let mut pass = row("gpu::score_mod::a", "score_mod", Status::Pass);
