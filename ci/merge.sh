@@ -6,7 +6,8 @@
 #
 # Writes $RELATTN_MERGED_OUT (default reports-merged): the merged report (<arch>/ directories),
 # junit/, and diff.txt + diff.json. Extra `relattn report diff` options come from
-# $RELATTN_DIFF_ARGS, e.g. "--error-factor 3 --throughput-drop 15 --strict-coverage".
+# $RELATTN_DIFF_ARGS, e.g. "--error-factor 3 --strict-coverage" (add "--timing --throughput-drop
+# 15" to judge throughput too; docs/reports.md says why it is off by default).
 # Exit code: 0 no regression, 1 regression, 2 unreadable report or conflicting shards.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

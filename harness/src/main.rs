@@ -40,7 +40,7 @@ enum Command {
     Devices(cmd::devices::Args),
     /// Show the matrix tiers and their case counts.
     Matrix(cmd::matrix::Args),
-    /// Merge, diff and show reports.
+    /// Show, plot, merge and diff reports.
     Report(cmd::report::Args),
     /// Run one GPU path on one case file.
     Exec(cmd::exec::Args),

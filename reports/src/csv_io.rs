@@ -28,10 +28,15 @@ pub const FIXED_COLUMNS: [&str; 15] = [
 /// Fixed columns of files written before `wall_ms`.
 const OLD_FIXED: usize = 14;
 
-/// The cell of a parameter a row does not have (as PostgreSQL and MySQL write NULL), so that a
-/// parameter with an empty value survives the CSV: `""` is a value, `\N` is no parameter. A
-/// value starting with a backslash is written with one more in front.
-pub const ABSENT_CELL: &str = "\\N";
+/// The cell of a parameter a row does not have: empty, which pandas, R and spreadsheets read
+/// as missing with no options. A parameter whose value is empty is written the same way and
+/// reads back as absent (results.jsonl keeps the difference).
+pub const ABSENT_CELL: &str = "";
+
+/// What files written before empty cells marked absent parameters hold there (PostgreSQL's
+/// NULL); still read as absent. So that a value `\N` is not taken for it, a value starting with
+/// a backslash is written with one more in front, as it always was.
+const OLD_ABSENT_CELL: &str = "\\N";
 
 fn param_cell(value: Option<&String>) -> String {
     match value {
@@ -41,10 +46,10 @@ fn param_cell(value: Option<&String>) -> String {
     }
 }
 
-/// The parameter a cell holds: `None` for [`ABSENT_CELL`].
+/// The parameter a cell holds: `None` for an empty cell or [`OLD_ABSENT_CELL`].
 fn param_of_cell(cell: &str) -> Option<String> {
     match cell {
-        ABSENT_CELL => None,
+        ABSENT_CELL | OLD_ABSENT_CELL => None,
         c if c.starts_with("\\\\") => Some(c[1..].to_string()),
         c => Some(c.to_string()),
     }
@@ -102,8 +107,8 @@ fn write_records(
 }
 
 /// Reads results.csv back from `file` (opened from `path`, named in errors), each row with its
-/// line, streaming. A parameter cell [`ABSENT_CELL`] means the row lacked that parameter; an
-/// empty cell is an empty value.
+/// line, streaming. An empty parameter cell (or `\N`, in older files) means the row lacked that
+/// parameter.
 pub(crate) fn read_csv(
     path: &Path,
     file: impl std::io::Read,

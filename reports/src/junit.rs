@@ -101,6 +101,15 @@ fn properties(summary: &Summary) -> Vec<Property> {
     .collect()
 }
 
+/// The classname of a path's testcases: dotted, as JUnit viewers split it into package and
+/// class at dots. A worker's path is `worker/path` (`numpy/numpy`): its slash becomes a dot, so
+/// a viewer shows `relattn.cpu.numpy` > `numpy` instead of a class named `numpy/numpy`.
+/// Testcase names stay the trial names, unique within an architecture, so no two testcases of a
+/// classname share a name.
+fn classname(arch: &str, path: &str) -> String {
+    format!("relattn.{arch}.{}", path.replace('/', "."))
+}
+
 /// Renders junit.xml for one architecture.
 pub fn render(summary: &Summary, rows: &[Row]) -> String {
     let arch = &summary.arch;
@@ -113,7 +122,7 @@ pub fn render(summary: &Summary, rows: &[Row]) -> String {
     for (path, prs) in &by_path {
         let mut suite = TestSuite::new(xml_text(path));
         suite.add_properties(properties(summary));
-        let classname = xml_text(&format!("relattn.{arch}.{path}"));
+        let classname = xml_text(&classname(arch, path));
         let time: Duration = prs.iter().filter_map(|r| wall_time(r)).sum();
         suite.set_time(time);
         total += time;

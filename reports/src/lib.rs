@@ -31,13 +31,13 @@ mod writer;
 pub use csv_io::{ABSENT_CELL, FIXED_COLUMNS};
 pub use diff::{
     check_comparable, diff, DiffOptions, DiffResult, ErrorGrowth, Slowdown, StatusChange,
-    TimingNoise, TrialRef,
+    TimingNoise, TrialRef, TIMING_NOT_JUDGED,
 };
 pub use env::{CompileCheck, Environment};
 pub use error::ReportError;
 pub use load::{load, load_arch, ArchReport, Report, MAX_REPORT_FILE_BYTES, MAX_ROW_LINE_BYTES};
 pub use merge::merge;
-pub use plot::{existing_plots, report_plots, write_plots, PLOTS_DIR, RATIO_FLOOR, REPORT_PLOTS};
+pub use plot::{existing_plots, report_plots, skipped_plots, write_plots, PLOTS_DIR, REPORT_PLOTS};
 pub use roofline::{roofline, RooflinePoint};
 pub use row::{Row, Status};
 pub use summary::{PathSummary, StatusCounts, Summary, Timing, WorstRatio, SCHEMA_VERSION};
@@ -69,9 +69,20 @@ pub fn render(report: &Report) -> String {
         .join("\n")
 }
 
+/// What `plot` did in one architecture directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchPlots {
+    pub dir: std::path::PathBuf,
+    /// The plots written, file names in `plots/`.
+    pub drawn: Vec<&'static str>,
+    /// The plots not drawn although trials were judged, each with the reason.
+    pub skipped: Vec<(&'static str, String)>,
+}
+
 /// Draws the plots of every architecture of the report in `dir` into its `plots/` and rewrites
-/// its summary.md to link them; returns each architecture directory with the plots written.
-pub fn plot(dir: &Path) -> Result<Vec<(std::path::PathBuf, Vec<&'static str>)>, ReportError> {
+/// its summary.md to link them; says for each architecture directory what was drawn and what
+/// was not, and why.
+pub fn plot(dir: &Path) -> Result<Vec<ArchPlots>, ReportError> {
     let report = load(dir)?;
     let mut out = Vec::new();
     for a in report.archs.values() {
@@ -80,12 +91,16 @@ pub fn plot(dir: &Path) -> Result<Vec<(std::path::PathBuf, Vec<&'static str>)>, 
             relattn_common::files::create_dir_nofollow(&a.dir)
                 .map_err(error::io("write into", &a.dir))?;
         }
-        let plots = write_plots(&a.dir, &a.rows)?;
+        let drawn = write_plots(&a.dir, &a.rows)?;
         writer::write_atomic(
             &a.dir.join(SUMMARY_MD),
-            markdown::render(&a.summary(), &a.rows, &plots).as_bytes(),
+            markdown::render(&a.summary(), &a.rows, &drawn).as_bytes(),
         )?;
-        out.push((a.dir.clone(), plots));
+        out.push(ArchPlots {
+            dir: a.dir.clone(),
+            drawn,
+            skipped: skipped_plots(&a.rows),
+        });
     }
     Ok(out)
 }

@@ -1,6 +1,6 @@
 //! summary.md: what a person reads first. One table per path, one line per layer kind.
 
-use crate::plot::{PLOTS_DIR, REPORT_PLOTS};
+use crate::plot::{skipped_plots, PLOTS_DIR, REPORT_PLOTS};
 use crate::row::{short_float, Row, Status};
 use crate::summary::{cmp_ratio, worst_ratio, StatusCounts, Summary};
 use crate::text::{one_line, visible};
@@ -108,7 +108,7 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
         counts_text(&summary.counts),
     );
     compile_section(&mut s, summary);
-    plots_line(&mut s, plots);
+    plots_line(&mut s, plots, rows);
 
     let mut by_path: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
@@ -123,7 +123,7 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
     visible(&s).into_owned()
 }
 
-fn plots_line(s: &mut String, plots: &[&str]) {
+fn plots_line(s: &mut String, plots: &[&str], rows: &[Row]) {
     let links: Vec<String> = REPORT_PLOTS
         .iter()
         .filter(|(file, _, _)| plots.contains(file))
@@ -131,6 +131,10 @@ fn plots_line(s: &mut String, plots: &[&str]) {
         .collect();
     if !links.is_empty() {
         let _ = writeln!(s, "Plots: {}.\n", links.join(", "));
+    }
+    // Said where the link would be, so a missing plot is not taken for a failed one.
+    for (file, why) in skipped_plots(rows) {
+        let _ = writeln!(s, "Not drawn: `{file}`: {}.\n", cell(&why));
     }
 }
 

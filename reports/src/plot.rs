@@ -8,8 +8,10 @@
 //!
 //! The roofline of `relattn bench` (`crate::roofline`) is drawn with the same chart.
 //!
-//! Error ratios of 0 (exact outputs) are drawn at [`RATIO_FLOOR`]; non-finite ones are counted
-//! in the legend, not drawn.
+//! Error ratios are drawn as they are, on a log axis fitted to them; ratios of 0 (exact
+//! outputs) are drawn a decade below the smallest positive one, and the axis says how many;
+//! non-finite ones are counted in the legend, not drawn. A plot against a parameter that
+//! every judged trial shares (one split count, say) is not drawn: [`skipped_plots`] says why.
 
 use crate::error::{io, ReportError};
 use crate::row::{Row, Status};
@@ -20,8 +22,16 @@ use std::path::Path;
 
 /// The directory of an architecture report the plots go to.
 pub const PLOTS_DIR: &str = "plots";
-/// Error ratios below this are drawn at it (a log axis has no 0).
-pub const RATIO_FLOOR: f64 = 1e-4;
+/// Where ratios of 0 are drawn when no ratio is positive (a log axis has no 0).
+const NO_POSITIVE_FLOOR: f64 = 1e-4;
+/// The bound (a ratio of 1) is on the ratio axis when the largest ratio is at least this:
+/// within two decades the distance to the bound is what the plot shows; further below, the
+/// bound would squeeze every point into a sliver of the plot (the axis then says where it is).
+const BOUND_IN_VIEW: f64 = 1e-2;
+/// Ratios drawn as they are; one beyond is drawn at the nearer end. Real ratios lie well
+/// within (a kernel's error is not 1e-12 of a tolerance that is itself a rounding bound), and
+/// plotters takes minutes to draw a log axis over hundreds of decades.
+const DRAWN_RANGE: (f64, f64) = (1e-12, 1e12);
 
 const SIZE: (u32, u32) = (900, 560);
 
@@ -65,7 +75,7 @@ pub(crate) fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
-/// The judged trials of one path: each row with its error ratio (at or above the floor), and
+/// The judged trials of one path: each row with its error ratio (0 raised to the floor), and
 /// how many had a non-finite one.
 #[derive(Default)]
 struct Judged<'a> {
@@ -73,16 +83,94 @@ struct Judged<'a> {
     non_finite: usize,
 }
 
-/// The judged trials (a bound, not skipped) of each path.
-fn ratios(rows: &[Row]) -> BTreeMap<&str, Judged<'_>> {
-    let mut out: BTreeMap<&str, Judged<'_>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.status != Status::Skip) {
-        let Some(ratio) = r.ratio() else { continue };
-        let entry = out.entry(r.path.as_str()).or_default();
-        if ratio.is_finite() {
-            entry.points.push((r, ratio.max(RATIO_FLOOR)));
+/// The judged trials (a bound, not skipped) of each path, and where their zeros are drawn.
+struct Ratios<'a> {
+    by_path: BTreeMap<&'a str, Judged<'a>>,
+    /// A decade below the smallest positive ratio: where ratios of 0 are drawn.
+    floor: f64,
+    zeros: usize,
+    /// Ratios outside [`DRAWN_RANGE`], drawn at its nearer end.
+    clamped: usize,
+    /// The largest finite ratio as drawn (0 when there is none).
+    largest: f64,
+}
+
+impl Ratios<'_> {
+    fn bound_in_view(&self) -> bool {
+        self.largest >= BOUND_IN_VIEW
+    }
+
+    /// Values the ratio axis must hold besides the points: the bound when it is in view.
+    fn also(&self) -> &'static [f64] {
+        if self.bound_in_view() {
+            &[1.0]
         } else {
+            &[]
+        }
+    }
+
+    /// The ratio axis' description: what is drawn where it is not the ratio itself, and where
+    /// the bound is when it is off the axis.
+    fn desc(&self) -> String {
+        let mut notes = vec!["log axis".to_string()];
+        if self.zeros > 0 {
+            notes.push(format!("{} of 0 drawn at {:.1e}", self.zeros, self.floor));
+        }
+        if self.clamped > 0 {
+            let (lowest, highest) = DRAWN_RANGE;
+            notes.push(format!(
+                "{} outside {lowest:e} to {highest:e} drawn at its ends",
+                self.clamped
+            ));
+        }
+        if !self.bound_in_view() {
+            notes.push(format!(
+                "the bound, 1, is off the axis: largest {:.2e}",
+                self.largest
+            ));
+        }
+        format!("max_abs / bound ({})", notes.join("; "))
+    }
+}
+
+fn ratios(rows: &[Row]) -> Ratios<'_> {
+    let (lowest, highest) = DRAWN_RANGE;
+    let judged = || {
+        rows.iter()
+            .filter(|r| r.status != Status::Skip)
+            .filter_map(|r| Some((r, r.ratio()?)))
+    };
+    // Each positive finite ratio as drawn: within the drawn range.
+    let drawn = || {
+        judged()
+            .map(|(_, ratio)| ratio)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(|v| v.clamp(lowest, highest))
+    };
+    let smallest = drawn().fold(f64::INFINITY, f64::min);
+    let floor = if smallest.is_finite() {
+        smallest / 10.0
+    } else {
+        NO_POSITIVE_FLOOR
+    };
+    let mut out = Ratios {
+        by_path: BTreeMap::new(),
+        floor,
+        zeros: 0,
+        clamped: 0,
+        largest: drawn().fold(0.0, f64::max),
+    };
+    for (r, ratio) in judged() {
+        let entry = out.by_path.entry(r.path.as_str()).or_default();
+        if !ratio.is_finite() {
             entry.non_finite += 1;
+        } else if ratio > 0.0 {
+            let shown = ratio.clamp(lowest, highest);
+            out.clamped += usize::from(shown != ratio);
+            entry.points.push((r, shown));
+        } else {
+            out.zeros += 1;
+            entry.points.push((r, floor));
         }
     }
     out
@@ -201,9 +289,9 @@ where
 
 /// The cumulative distribution of error / bound per path.
 fn headroom(rows: &[Row]) -> Option<Result<String, String>> {
-    let by_path = ratios(rows);
+    let judged = ratios(rows);
     let mut series = Series::new();
-    for (path, j) in &by_path {
+    for (path, j) in &judged.by_path {
         let mut v: Vec<f64> = j.points.iter().map(|p| p.1).collect();
         v.sort_by(f64::total_cmp);
         let n = v.len();
@@ -217,53 +305,92 @@ fn headroom(rows: &[Row]) -> Option<Result<String, String>> {
     if series.values().all(Vec::is_empty) {
         return None;
     }
-    let x = log_range(series.values().flatten().map(|p| p.0), &[1.0], 2.0);
+    let x = log_range(series.values().flatten().map(|p| p.0), judged.also(), 2.0);
     Some(chart(
         "error / bound per path (cumulative; the bound is 1)",
         x.log_scale(),
         0.0..1.0,
-        "max_abs / bound",
+        &judged.desc(),
         "fraction of judged trials at or below",
         &series,
         Lines,
         |c| {
-            c.draw_series(LineSeries::new(
-                [(1.0, 0.0), (1.0, 1.0)],
-                RED.stroke_width(1),
-            ))
-            .map_err(err)?;
+            if judged.bound_in_view() {
+                c.draw_series(LineSeries::new(
+                    [(1.0, 0.0), (1.0, 1.0)],
+                    RED.stroke_width(1),
+                ))
+                .map_err(err)?;
+            }
             Ok(())
         },
     ))
 }
 
-/// Error / bound of each judged trial against parameter `param` of its row: a numeric one on
-/// a log2 axis (KV lengths and split counts are mostly powers of two), `layer` as one slot per
-/// value; the paths side by side within a slot.
-fn ratio_by(rows: &[Row], title: &str, param: &str) -> Option<Result<String, String>> {
-    let by_path = ratios(rows);
-    let numeric = param != "layer";
-    let mut names: Vec<String> = by_path
+/// Where a value of parameter `param` goes on the x axis: log2 of a positive number (KV lengths
+/// and split counts are mostly powers of two), or for `layer` its slot among `names`.
+fn x_position(param: &str, names: &[String], value: &str) -> Option<f64> {
+    if param == "layer" {
+        names.iter().position(|c| c == value).map(|i| i as f64)
+    } else {
+        let v = value
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v > 0.0)?;
+        Some(v.log2())
+    }
+}
+
+/// The distinct values of `param` that the judged trials with a finite ratio can be drawn at,
+/// sorted.
+fn x_values(judged: &Ratios<'_>, param: &str) -> Vec<String> {
+    let mut names: Vec<String> = judged
+        .by_path
         .values()
-        .flat_map(|j| {
-            j.points
-                .iter()
-                .filter_map(|(r, _)| r.params.get(param).cloned())
-        })
+        .flat_map(|j| j.points.iter().filter_map(|(r, _)| r.params.get(param)))
+        .filter(|v| param == "layer" || x_position(param, &[], v).is_some())
+        .cloned()
         .collect();
     names.sort();
     names.dedup();
-    let position = |value: &str| -> Option<f64> {
-        if numeric {
-            let v = value
-                .parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)?;
-            Some(v.log2())
-        } else {
-            names.iter().position(|c| c == value).map(|i| i as f64)
-        }
-    };
+    names
+}
+
+/// The report plots of `rows` that are not drawn although their trials were judged, each with
+/// the reason: every judged trial has the same value of the plot's parameter, and points in
+/// one column against it show nothing `headroom.svg` does not.
+pub fn skipped_plots(rows: &[Row]) -> Vec<(&'static str, String)> {
+    let judged = ratios(rows);
+    REPORT_PLOTS
+        .iter()
+        .filter_map(|&(file, _, param)| {
+            let param = param?;
+            match x_values(&judged, param).as_slice() {
+                [only] => Some((
+                    file,
+                    format!(
+                        "every judged trial has {param} {}: one value is not a plot",
+                        crate::text::one_line(only)
+                    ),
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Error / bound of each judged trial against parameter `param` of its row, when the judged
+/// trials hold two values of it or more: a numeric one on a log2 axis, `layer` as one slot per
+/// value; the paths side by side within a slot.
+fn ratio_by(rows: &[Row], title: &str, param: &str) -> Option<Result<String, String>> {
+    let judged = ratios(rows);
+    let numeric = param != "layer";
+    let names = x_values(&judged, param);
+    if names.len() < 2 {
+        return None;
+    }
+    let position = |value: &str| x_position(param, &names, value);
+    let by_path = &judged.by_path;
     let paths = by_path.len().max(1) as f64;
     let mut series = Series::new();
     for (i, (path, j)) in by_path.iter().enumerate() {
@@ -291,13 +418,13 @@ fn ratio_by(rows: &[Row], title: &str, param: &str) -> Option<Result<String, Str
         }
     };
     // Room above the points for the legend.
-    let y = log_range(series.values().flatten().map(|p| p.1), &[1.0], 8.0);
+    let y = log_range(series.values().flatten().map(|p| p.1), judged.also(), 8.0);
     let x_desc = if numeric {
         format!("{param} (log2 axis)")
     } else {
         param.to_string()
     };
-    let y_desc = format!("max_abs / bound (0 drawn at {RATIO_FLOOR:e})");
+    let y_desc = judged.desc();
     Some(chart(
         title,
         lo..hi,
@@ -307,8 +434,10 @@ fn ratio_by(rows: &[Row], title: &str, param: &str) -> Option<Result<String, Str
         &series,
         Points(&label),
         |c| {
-            c.draw_series(LineSeries::new([(lo, 1.0), (hi, 1.0)], RED.stroke_width(1)))
-                .map_err(err)?;
+            if judged.bound_in_view() {
+                c.draw_series(LineSeries::new([(lo, 1.0), (hi, 1.0)], RED.stroke_width(1)))
+                    .map_err(err)?;
+            }
             Ok(())
         },
     ))
@@ -330,7 +459,16 @@ pub(crate) fn compact(v: &f64) -> String {
     if *v == 0.0 {
         "0".into()
     } else if !(1e-3..1e5).contains(&a) {
-        format!("{v:e}")
+        // Four significant digits: a log axis' ticks are products like 3 * 1e-5, which print
+        // as 3.0000000000000004e-5 in full.
+        let text = format!("{v:.3e}");
+        match text.split_once('e') {
+            Some((mantissa, exp)) => {
+                let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+                format!("{mantissa}e{exp}")
+            }
+            None => text,
+        }
     } else {
         let s = format!("{v:.3}");
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -423,6 +561,10 @@ mod tests {
             (0.0, 5e-324, "-4"),
             (1.0, f64::INFINITY, "NaN"),
             (1e-3, 2e-2, "512"),
+            // A ratio of 5e-308: 300 decades below the others.
+            (5.0, 1e308, "1024"),
+            // And one of 1e300, 300 decades above.
+            (1e300, 1.0, "2048"),
         ]
         .into_iter()
         .enumerate()
@@ -435,7 +577,25 @@ mod tests {
             rows.push(r);
         }
         let plots = report_plots(&rows).unwrap();
-        assert_eq!(plots.len(), REPORT_PLOTS.len());
+        // A plot whose parameter has one drawable value is skipped, with a reason.
+        assert_eq!(plots.len() + skipped_plots(&rows).len(), REPORT_PLOTS.len());
         assert!(plots.iter().all(|(_, svg)| !svg.contains("<layer")));
+        let (_, headroom) = &plots[0];
+        assert!(
+            headroom.contains("2 outside 1e-12 to 1e12 drawn at its ends"),
+            "{headroom}"
+        );
+    }
+
+    #[test]
+    fn tick_labels_are_short() {
+        for (v, text) in [
+            (3.0000000000000004e-5, "3e-5"),
+            (1.5e-7, "1.5e-7"),
+            (2e6, "2e6"),
+            (0.25, "0.25"),
+        ] {
+            assert_eq!(compact(&v), text);
+        }
     }
 }

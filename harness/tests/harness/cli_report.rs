@@ -147,7 +147,11 @@ fn report_plot_draws_the_plots_and_links_them() {
     for (i, r) in judged.iter_mut().enumerate() {
         r.params
             .insert("max_kv_len".into(), (1024 << i).to_string());
-        r.params.insert("num_splits_run".into(), "1".into());
+        // Two values of each parameter: a plot against one value is not drawn.
+        r.params
+            .insert("num_splits_run".into(), (1 + i % 2).to_string());
+        let layer = ["global_e128", "local_e128"][i % 2];
+        r.params.insert("layer".into(), layer.into());
     }
     write(&dir, &judged);
     let plots = dir.join("sm90/plots");
@@ -170,4 +174,50 @@ fn report_plot_draws_the_plots_and_links_them() {
     ]);
     assert_eq!(code(&out), 2);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+#[test]
+fn diff_reads_a_csv_only_report_as_show_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, csv_only) = (tmp.path().join("base"), tmp.path().join("csv_only"));
+    write(&base, &rows());
+    let mut planted = rows();
+    planted[2].status = Status::Fail;
+    write(&csv_only, &planted);
+    std::fs::remove_file(csv_only.join("sm90/results.jsonl")).unwrap();
+    let (report, diff) = (Path::new("report"), Path::new("diff"));
+    // The failure is only in results.csv: diff must read it there.
+    let out = relattn(&[report, diff, &base, &csv_only]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(code(&out), 1, "{stdout}");
+    assert!(
+        stdout.contains("gpu::fallback::t2 (pass -> fail)"),
+        "{stdout}"
+    );
+    // And as the baseline.
+    let out = relattn(&[report, diff, &csv_only, &csv_only]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stdout));
+    let out = relattn(&[report, Path::new("show"), &csv_only]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 fail"));
+}
+
+#[test]
+fn report_help_names_every_subcommand() {
+    let out = relattn(&[Path::new("--help")]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("report "))
+        .unwrap_or_else(|| panic!("{help}"));
+    let out = relattn(&[Path::new("report"), Path::new("--help")]);
+    let report_help = String::from_utf8_lossy(&out.stdout);
+    let about = report_help.lines().next().unwrap_or("");
+    for sub in ["show", "plot", "merge", "diff"] {
+        assert!(line.to_lowercase().contains(sub), "{line}");
+        assert!(about.to_lowercase().contains(sub), "{about}");
+        assert!(
+            report_help.contains(&format!("\n  {sub} ")),
+            "{report_help}"
+        );
+    }
 }

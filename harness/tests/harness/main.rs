@@ -17,6 +17,7 @@ mod cli_matrix;
 mod cli_reference;
 mod cli_report;
 mod cli_report_files;
+mod cli_report_smoke;
 mod cli_resume;
 mod cli_route;
 mod cli_run;

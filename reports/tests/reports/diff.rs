@@ -5,6 +5,18 @@ use approx::assert_abs_diff_eq;
 use relattn_reports::{check_comparable, diff, load, DiffOptions, Report, Row, Status};
 use std::path::Path;
 
+/// The old default: throughput drops past 10% are regressions.
+const TIMING: DiffOptions = DiffOptions {
+    error_factor: 2.0,
+    timing: true,
+    throughput_drop_pct: 10.0,
+    ratio_floor: 0.1,
+    abs_floor: 1e-3,
+    strict_coverage: false,
+    allow_missing: false,
+    time_floor_ms: 0.2,
+};
+
 fn report(dir: &Path, rows: &[Row]) -> Report {
     write(dir, "sm90", "1/1", rows);
     load(dir).unwrap()
@@ -34,7 +46,11 @@ fn planted_regressions_are_each_flagged() {
     changed[3].gbps = Some(700.0);
     let base = report(&tmp.path().join("base"), &rows);
     let new = report(&tmp.path().join("new"), &changed);
+    // By default the throughput drops are not judged at all.
     let d = diff(&base, &new, &DiffOptions::default());
+    assert!(d.slowdowns.is_empty() && d.timing_noise.is_empty());
+    assert_eq!((d.new_failures.len(), d.error_growth.len()), (1, 1));
+    let d = diff(&base, &new, &TIMING);
     assert!(d.is_regression());
     let names = |v: Vec<&String>| v.into_iter().cloned().collect::<Vec<_>>();
     assert_eq!(
@@ -85,7 +101,7 @@ fn changes_under_the_thresholds_are_not_flagged() {
         error_factor: 1.5,
         throughput_drop_pct: 4.0,
         ratio_floor: 0.01,
-        ..DiffOptions::default()
+        ..TIMING
     };
     let d = diff(&base, &new, &strict);
     assert_eq!(
@@ -164,7 +180,7 @@ fn throughput_drops_under_the_time_floor_are_noise() {
     slower[1].tflops = Some(50.0);
     let base = report(&tmp.path().join("base"), &rows);
     let new = report(&tmp.path().join("new"), &slower);
-    let d = diff(&base, &new, &DiffOptions::default());
+    let d = diff(&base, &new, &TIMING);
     assert_eq!(d.timing_noise.len(), 1, "{}", d.render());
     assert_eq!(d.timing_noise[0].drop.trial, rows[0].trial);
     assert_eq!(d.slowdowns.len(), 1);
@@ -172,7 +188,7 @@ fn throughput_drops_under_the_time_floor_are_noise() {
     assert!(d.render().contains("Timing noise"), "{}", d.render());
     let no_floor = DiffOptions {
         time_floor_ms: 0.0,
-        ..DiffOptions::default()
+        ..TIMING
     };
     assert_eq!(diff(&base, &new, &no_floor).slowdowns.len(), 2);
 }
@@ -206,4 +222,74 @@ fn an_incomplete_new_report_regresses_unless_allowed() {
         ..DiffOptions::default()
     };
     assert!(!diff(&base, &new, &allowed).is_regression());
+}
+
+/// Two runs of one build: the same verdicts and errors, throughputs anywhere from -96% to +50%.
+fn rerun(rows: &[Row]) -> Vec<Row> {
+    let mut again = rows.to_vec();
+    for (i, r) in again.iter_mut().enumerate() {
+        let f = [0.04, 0.5, 1.5, 0.8][i % 4];
+        (r.tflops, r.gbps) = (r.tflops.map(|t| t * f), r.gbps.map(|g| g * f));
+        r.ms = r.ms.map(|ms| ms / f);
+    }
+    again
+}
+
+#[test]
+fn timing_changes_alone_are_not_a_regression_by_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..8);
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &rerun(&rows));
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert!(!d.is_regression(), "{}", d.render());
+    assert!(d.slowdowns.is_empty() && d.timing_noise.is_empty());
+    let text = d.render();
+    assert!(text.starts_with("no regression"), "{text}");
+    // One line says why timing was left out, and nothing else mentions it.
+    assert_eq!(
+        text.lines().nth(1),
+        Some(relattn_reports::TIMING_NOT_JUDGED)
+    );
+    assert_eq!(text.lines().count(), 2, "{text}");
+    // Asked for, the old throughput check still finds the drops.
+    let d = diff(&base, &new, &TIMING);
+    assert!(d.is_regression() && !d.is_correctness_regression());
+    assert_eq!(d.slowdowns.len(), 6, "{}", d.render());
+    let all = DiffOptions {
+        throughput_drop_pct: 100.0,
+        ..TIMING
+    };
+    assert!(!diff(&base, &new, &all).is_regression());
+}
+
+#[test]
+fn correctness_is_listed_before_timing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = trials("t", 0..40);
+    let mut worse = rerun(&rows);
+    worse[39].status = Status::Fail;
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &worse);
+    let d = diff(&base, &new, &TIMING);
+    let text = d.render();
+    let failure = text.find("New failures (1)").expect("listed");
+    let slow = text.find("Slowdowns (").expect("listed");
+    assert!(failure < slow, "{text}");
+    assert!(text[..slow].contains(&rows[39].trial), "{text}");
+}
+
+#[test]
+fn an_error_crossing_its_bound_regresses_whatever_the_factor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rows = trials("t", 0..2);
+    rows[0].max_abs = Some(0.018); // 0.9 of the bound 0.02
+    let mut over = rows.clone();
+    over[0].max_abs = Some(0.022); // 1.1 of it: 1.22x, under the factor
+    let base = report(&tmp.path().join("base"), &rows);
+    let new = report(&tmp.path().join("new"), &over);
+    let d = diff(&base, &new, &DiffOptions::default());
+    assert!(d.is_correctness_regression(), "{}", d.render());
+    assert!(d.error_growth[0].crossed_bound);
+    assert!(d.render().contains("crossed the bound"), "{}", d.render());
 }

@@ -81,6 +81,20 @@ fn merge_rejects_conflicting_duplicates() {
 }
 
 #[test]
+fn a_trial_read_from_results_csv_merges_with_its_jsonl_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let mut rows = trials("t", 0..2);
+    rows[0].params.insert("regression".into(), String::new());
+    write(&a, "sm90", "1/1", &rows);
+    write(&b, "sm90", "1/1", &rows);
+    // b's rows come from results.csv, where the empty `regression` reads as absent.
+    std::fs::remove_file(b.join("sm90/results.jsonl")).unwrap();
+    let merged = merge(&[a, b], &tmp.path().join("out")).unwrap();
+    assert_eq!(merged.archs["sm90"].rows.len(), 2);
+}
+
+#[test]
 fn merge_needs_readable_inputs() {
     let tmp = tempfile::tempdir().unwrap();
     assert!(matches!(

@@ -89,7 +89,8 @@ fn a_report_without_judged_trials_has_no_plots() {
     assert!(!tmp.path().join("cpu/plots").exists());
     let md = fs::read_to_string(tmp.path().join("cpu/summary.md")).unwrap();
     assert!(!md.contains("Plots:"), "{md}");
-    assert_eq!(plot(tmp.path()).unwrap()[0].1, Vec::<&str>::new());
+    let drawn = plot(tmp.path()).unwrap();
+    assert!(drawn[0].drawn.is_empty() && drawn[0].skipped.is_empty());
 }
 
 #[test]
@@ -103,9 +104,9 @@ fn plot_draws_and_links_the_plots_of_a_report_written_without_them() {
     let before = rows(tmp.path());
     let drawn = plot(tmp.path()).unwrap();
     assert_eq!(drawn.len(), 1);
-    assert_eq!(drawn[0].0, arch);
-    assert_eq!(drawn[0].1.len(), REPORT_PLOTS.len());
-    for file in &drawn[0].1 {
+    assert_eq!(drawn[0].dir, arch);
+    assert_eq!(drawn[0].drawn.len(), REPORT_PLOTS.len());
+    for file in &drawn[0].drawn {
         assert!(fs::metadata(arch.join("plots").join(file)).unwrap().len() > 1000);
     }
     assert!(fs::read_to_string(arch.join("summary.md"))
@@ -113,4 +114,39 @@ fn plot_draws_and_links_the_plots_of_a_report_written_without_them() {
         .contains("(plots/headroom.svg)"));
     // Nothing else changed.
     assert_eq!(rows(tmp.path()), before);
+}
+
+#[test]
+fn a_parameter_every_trial_shares_is_not_plotted_and_summary_md_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rows = judged_rows();
+    for r in &mut rows {
+        r.params.insert("num_splits_run".into(), "1".into());
+    }
+    write(tmp.path(), "sm90", "1/1", &rows);
+    let arch = tmp.path().join("sm90");
+    assert!(!arch.join("plots/ratio_by_splits.svg").exists());
+    assert!(arch.join("plots/ratio_by_kv_len.svg").exists());
+    let why = "every judged trial has num_splits_run 1: one value is not a plot";
+    let md = fs::read_to_string(arch.join("summary.md")).unwrap();
+    assert!(
+        md.contains(&format!("Not drawn: `ratio_by_splits.svg`: {why}.")),
+        "{md}"
+    );
+    let drawn = plot(tmp.path()).unwrap();
+    assert_eq!(
+        drawn[0].skipped,
+        vec![("ratio_by_splits.svg", why.to_string())]
+    );
+}
+
+#[test]
+fn zeros_are_drawn_a_decade_below_the_smallest_ratio_and_the_axis_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    // judged_rows: one ratio of 0; the smallest positive one is 2e-3 / 2e-2 = 0.1.
+    write(tmp.path(), "sm90", "1/1", &judged_rows());
+    let svg = fs::read_to_string(tmp.path().join("sm90/plots/ratio_by_kv_len.svg")).unwrap();
+    assert!(svg.contains("1 of 0 drawn at 1.0e-2"), "{svg}");
+    // In view of the bound: no note that it is off the axis.
+    assert!(!svg.contains("off the axis"), "{svg}");
 }

@@ -48,8 +48,8 @@ fn finish_writes_the_four_files_with_the_exact_header() {
     assert_eq!(header, format!("{HEADER},dtype,heads,layer,page"));
     let second = csv.lines().nth(2).unwrap();
     assert!(second.starts_with("id_gpu::score_mod::b,gpu::score_mod::b,score_mod,fail,0.5,"));
-    // The row has no dtype nor heads: those cells say so (an empty cell is an empty value).
-    assert!(second.ends_with(",\\N,\\N,global_e1024,16"), "{second}");
+    // The row has no dtype nor heads: those cells are empty.
+    assert!(second.ends_with(",,,global_e1024,16"), "{second}");
 
     assert_eq!(
         (
@@ -177,6 +177,40 @@ fn junit_escapes_markup_in_messages() {
     ));
     assert!(!xml.contains("a&b") && !xml.contains("<x>") && !xml.contains('\u{1}'));
     assert!(!xml.contains('\u{FFFF}'));
+}
+
+#[test]
+fn junit_classnames_are_dotted_and_testcase_names_unique() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = [
+        row("impl::numpy::numpy::a::c1", "numpy/numpy", Status::Pass),
+        row("impl::numpy::numpy::b::c2", "numpy/numpy", Status::Fail),
+        row("gpu::fallback::a::c1", "fallback", Status::Pass),
+    ];
+    crate::common::write(tmp.path(), "cpu", "1/1", &rows);
+    let xml = fs::read_to_string(tmp.path().join("cpu/junit.xml")).unwrap();
+    let classnames: Vec<&str> = xml
+        .split(" classname=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .collect();
+    assert_eq!(
+        classnames,
+        [
+            "relattn.cpu.fallback",
+            "relattn.cpu.numpy.numpy",
+            "relattn.cpu.numpy.numpy"
+        ],
+        "{xml}"
+    );
+    let mut names: Vec<&str> = xml
+        .split("<testcase name=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), rows.len(), "{xml}");
 }
 
 #[test]

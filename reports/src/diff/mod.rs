@@ -1,18 +1,30 @@
 //! Comparing a report against a baseline.
+//!
+//! Two questions with different evidence: correctness (a status that got worse, an error that
+//! grew or crossed its bound, a trial gone) is decided by the rows alone and is the default
+//! verdict; timing ([`timing`]) is judged only when asked for.
+
+mod render;
+mod timing;
+
+pub use timing::{Slowdown, TimingNoise, NOT_JUDGED as TIMING_NOT_JUDGED};
 
 use crate::error::ReportError;
 use crate::load::Report;
-use crate::row::{short_float, Row, Status};
+use crate::row::{Row, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 /// Thresholds of a regression.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DiffOptions {
     /// max_abs growing by more than this factor is a regression (default 2).
     pub error_factor: f64,
-    /// TFLOP/s or GB/s dropping by more than this percentage is a regression (default 10).
+    /// Judge timing too: throughput drops past `throughput_drop_pct` are regressions (default
+    /// off: a row stores no spread to judge a drop against).
+    pub timing: bool,
+    /// With `timing`: TFLOP/s or GB/s dropping by more than this percentage is a regression
+    /// (default 10).
     pub throughput_drop_pct: f64,
     /// Error growth only counts when the new error uses at least this share of its bound
     /// (default 0.1): an error that goes from 1% to 5% of the bound is rounding noise moving,
@@ -26,8 +38,8 @@ pub struct DiffOptions {
     /// Do not count trials missing from the new report (or an incomplete new report) as a
     /// regression; they are still listed.
     pub allow_missing: bool,
-    /// Throughput changes of trials whose base and new times are both under this many
-    /// milliseconds are timing noise: listed as such, never a slowdown (default 0.2).
+    /// With `timing`: throughput changes of trials whose base and new times are both under
+    /// this many milliseconds are timing noise: listed as such, never a slowdown (default 0.2).
     pub time_floor_ms: f64,
 }
 
@@ -35,6 +47,7 @@ impl Default for DiffOptions {
     fn default() -> Self {
         DiffOptions {
             error_factor: 2.0,
+            timing: false,
             throughput_drop_pct: 10.0,
             ratio_floor: 0.1,
             abs_floor: 1e-3,
@@ -65,7 +78,7 @@ pub struct StatusChange {
     pub message: String,
 }
 
-/// A trial whose error grew past the factor.
+/// A trial whose error grew past the factor, or crossed its bound.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ErrorGrowth {
     pub arch: String,
@@ -80,28 +93,8 @@ pub struct ErrorGrowth {
     #[serde(with = "crate::row::float")]
     pub factor: f64,
     pub new_ratio: Option<f64>,
-}
-
-/// A trial whose throughput dropped past the percentage.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Slowdown {
-    pub arch: String,
-    pub trial: String,
-    pub path: String,
-    /// "tflops" or "gbps".
-    pub metric: &'static str,
-    pub base: f64,
-    pub new: f64,
-    pub drop_pct: f64,
-}
-
-/// A throughput drop past the percentage on a trial too short to time reliably.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TimingNoise {
-    #[serde(flatten)]
-    pub drop: Slowdown,
-    /// The longer of the two times, under `time_floor_ms`.
-    pub ms: f64,
+    /// The error was within its bound (ratio at most 1) in BASE and is over it in NEW.
+    pub crossed_bound: bool,
 }
 
 /// Everything `relattn report diff` finds.
@@ -113,9 +106,6 @@ pub struct DiffResult {
     /// Passed in base, fail or error in new.
     pub new_failures: Vec<StatusChange>,
     pub error_growth: Vec<ErrorGrowth>,
-    pub slowdowns: Vec<Slowdown>,
-    /// Drops past the percentage on trials under the time floor: not regressions.
-    pub timing_noise: Vec<TimingNoise>,
     /// Architectures whose new report is INCOMPLETE (an interrupted run, or a merge of shards
     /// that do not cover the shard set).
     pub incomplete: Vec<String>,
@@ -127,14 +117,24 @@ pub struct DiffResult {
     pub newly_skipped: Vec<StatusChange>,
     /// Fail or error in base, pass in new.
     pub fixed: Vec<StatusChange>,
+    /// With `options.timing` only (else empty): throughput drops past the percentage.
+    pub slowdowns: Vec<Slowdown>,
+    /// With `options.timing` only: drops past the percentage on trials under the time floor,
+    /// not regressions.
+    pub timing_noise: Vec<TimingNoise>,
 }
 
 impl DiffResult {
+    /// A correctness regression, or with `options.timing` a slowdown.
     pub fn is_regression(&self) -> bool {
+        self.is_correctness_regression() || !self.slowdowns.is_empty()
+    }
+
+    /// A new failure, error growth, or (unless allowed) lost coverage.
+    pub fn is_correctness_regression(&self) -> bool {
         let missing = !self.missing.is_empty() || !self.incomplete.is_empty();
         !self.new_failures.is_empty()
             || !self.error_growth.is_empty()
-            || !self.slowdowns.is_empty()
             || (missing && !self.options.allow_missing)
             || (self.options.strict_coverage && !self.newly_skipped.is_empty())
     }
@@ -195,8 +195,6 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
         compared: 0,
         new_failures: Vec::new(),
         error_growth: Vec::new(),
-        slowdowns: Vec::new(),
-        timing_noise: Vec::new(),
         incomplete: new
             .archs
             .values()
@@ -207,6 +205,8 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
         added: Vec::new(),
         newly_skipped: Vec::new(),
         fixed: Vec::new(),
+        slowdowns: Vec::new(),
+        timing_noise: Vec::new(),
     };
     for (&(arch, trial), b) in &base_rows {
         let Some(n) = new_rows.get(&(arch, trial)) else {
@@ -229,13 +229,8 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
                 d.error_growth.push(g);
             }
         }
-        if let Some(s) = slowdown(arch, b, n, options) {
-            let ms = b.ms.unwrap_or(f64::NAN).max(n.ms.unwrap_or(f64::NAN));
-            if ms.is_finite() && ms < options.time_floor_ms {
-                d.timing_noise.push(TimingNoise { drop: s, ms });
-            } else {
-                d.slowdowns.push(s);
-            }
+        if options.timing {
+            judge_timing(&mut d, arch, b, n);
         }
     }
     for (&(arch, trial), n) in &new_rows {
@@ -246,18 +241,36 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
     d
 }
 
+fn judge_timing(d: &mut DiffResult, arch: &str, b: &Row, n: &Row) {
+    let o = d.options;
+    let Some(s) = timing::slowdown(arch, b, n, o.throughput_drop_pct) else {
+        return;
+    };
+    let ms = timing::longer_ms(b, n);
+    if ms.is_finite() && ms < o.time_floor_ms {
+        d.timing_noise.push(TimingNoise { drop: s, ms });
+    } else {
+        d.slowdowns.push(s);
+    }
+}
+
 fn error_growth(arch: &str, b: &Row, n: &Row, o: &DiffOptions) -> Option<ErrorGrowth> {
     let (be, ne) = (b.max_abs?, n.max_abs?);
     if !be.is_finite() {
         return None;
     }
+    let new_ratio = n.ratio();
+    // Within the bound before, over it now: whatever the factor, the verdict's figure changed
+    // sides (a row that still says pass is one the judge and the figures disagree on).
+    let crossed_bound =
+        matches!((b.ratio(), new_ratio), (Some(br), Some(nr)) if br <= 1.0 && nr > 1.0);
     // A NaN or infinite error where the base's was finite is the worst growth there is.
     let non_finite = !ne.is_finite();
-    if !non_finite && ne <= be * o.error_factor {
+    if !non_finite && !crossed_bound && ne <= be * o.error_factor {
         return None;
     }
-    let new_ratio = n.ratio();
     let significant = non_finite
+        || crossed_bound
         || match new_ratio {
             Some(r) => r >= o.ratio_floor,
             None => ne >= o.abs_floor,
@@ -274,156 +287,6 @@ fn error_growth(arch: &str, b: &Row, n: &Row, o: &DiffOptions) -> Option<ErrorGr
             ne / be
         },
         new_ratio,
+        crossed_bound,
     })
-}
-
-fn slowdown(arch: &str, b: &Row, n: &Row, o: &DiffOptions) -> Option<Slowdown> {
-    let metrics: [(&'static str, Option<f64>, Option<f64>); 2] =
-        [("tflops", b.tflops, n.tflops), ("gbps", b.gbps, n.gbps)];
-    metrics
-        .into_iter()
-        .filter_map(|(metric, bv, nv)| {
-            let (bv, nv) = (bv?, nv?);
-            if !(bv.is_finite() && nv.is_finite()) || bv <= 0.0 {
-                return None;
-            }
-            let drop_pct = (bv - nv) / bv * 100.0;
-            (drop_pct > o.throughput_drop_pct).then(|| Slowdown {
-                arch: arch.to_string(),
-                trial: n.trial.clone(),
-                path: n.path.clone(),
-                metric,
-                base: bv,
-                new: nv,
-                drop_pct,
-            })
-        })
-        .max_by(|a, c| a.drop_pct.total_cmp(&c.drop_pct))
-}
-
-fn slowdown_line(x: &Slowdown) -> String {
-    format!(
-        "[{}] {}: {} {} -> {} (-{}%)",
-        x.arch,
-        x.trial,
-        x.metric,
-        short_float(x.base),
-        short_float(x.new),
-        short_float(x.drop_pct)
-    )
-}
-
-/// Entries listed per section before "and N more".
-const LISTED: usize = 30;
-
-fn section<T>(s: &mut String, title: &str, items: &[T], line: impl Fn(&T) -> String) {
-    if items.is_empty() {
-        return;
-    }
-    let _ = writeln!(s, "\n{title} ({}):", items.len());
-    for it in items.iter().take(LISTED) {
-        let _ = writeln!(s, "  {}", line(it));
-    }
-    if items.len() > LISTED {
-        let _ = writeln!(
-            s,
-            "  ... and {} more (use --json for all)",
-            items.len() - LISTED
-        );
-    }
-}
-
-impl DiffResult {
-    /// Text for a terminal or a CI log.
-    pub fn render(&self) -> String {
-        let o = &self.options;
-        let mut s = format!(
-            "{}: {} trials compared, {} new failures, {} error growths (> {}x), {} slowdowns \
-             (> {}%), {} timing noise (under {} ms), {} missing, {} added, {} newly skipped, \
-             {} fixed\n",
-            if self.is_regression() {
-                "REGRESSION"
-            } else {
-                "no regression"
-            },
-            self.compared,
-            self.new_failures.len(),
-            self.error_growth.len(),
-            o.error_factor,
-            self.slowdowns.len(),
-            o.throughput_drop_pct,
-            self.timing_noise.len(),
-            o.time_floor_ms,
-            self.missing.len(),
-            self.added.len(),
-            self.newly_skipped.len(),
-            self.fixed.len()
-        );
-        if !self.incomplete.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nINCOMPLETE new report ({}): an interrupted run or a merge of shards that do \
-                 not cover the shard set{}",
-                self.incomplete.join(", "),
-                if o.allow_missing {
-                    " (allowed by --allow-missing)"
-                } else {
-                    ""
-                }
-            );
-        }
-        if !self.missing.is_empty() && !o.allow_missing {
-            let _ = writeln!(
-                s,
-                "\n{} trial(s) of the baseline are missing from the new report: a regression \
-                 unless --allow-missing",
-                self.missing.len()
-            );
-        }
-        let first_line = |m: &str| m.lines().next().unwrap_or("").to_string();
-        section(&mut s, "New failures", &self.new_failures, |c| {
-            format!(
-                "[{}] {} ({} -> {}): {}",
-                c.arch,
-                c.trial,
-                c.base,
-                c.new,
-                first_line(&c.message)
-            )
-        });
-        section(&mut s, "Error growth", &self.error_growth, |g| {
-            let ratio = g
-                .new_ratio
-                .map(|r| format!(", {} of bound", short_float(r)))
-                .unwrap_or_default();
-            format!(
-                "[{}] {}: max_abs {} -> {} ({}x{ratio})",
-                g.arch,
-                g.trial,
-                short_float(g.base_max_abs),
-                short_float(g.new_max_abs),
-                short_float(g.factor)
-            )
-        });
-        section(&mut s, "Slowdowns", &self.slowdowns, slowdown_line);
-        section(
-            &mut s,
-            "Timing noise (not regressions)",
-            &self.timing_noise,
-            |x| format!("{} at {} ms", slowdown_line(&x.drop), short_float(x.ms)),
-        );
-        section(&mut s, "Missing from the new report", &self.missing, |t| {
-            format!("[{}] {} ({})", t.arch, t.trial, t.status)
-        });
-        section(&mut s, "Newly skipped", &self.newly_skipped, |c| {
-            format!("[{}] {}: {}", c.arch, c.trial, first_line(&c.message))
-        });
-        section(&mut s, "Added", &self.added, |t| {
-            format!("[{}] {} ({})", t.arch, t.trial, t.status)
-        });
-        section(&mut s, "Fixed", &self.fixed, |c| {
-            format!("[{}] {} ({} -> pass)", c.arch, c.trial, c.base)
-        });
-        s
-    }
 }
