@@ -27,9 +27,10 @@ enum ReportCommand {
         /// The baseline report directory (an earlier good run or merge).
         #[arg(value_name = "BASE")]
         base: PathBuf,
-        /// The report directory to check against BASE.
+        /// The report directory to check against BASE [default: reports-out/latest, the newest
+        /// run without --out].
         #[arg(value_name = "NEW")]
-        new: PathBuf,
+        new: Option<PathBuf>,
         /// max_abs grown by more than this factor is a regression.
         #[arg(long, default_value_t = 2.0, value_name = "F")]
         error_factor: f64,
@@ -63,16 +64,17 @@ enum ReportCommand {
     /// Print the summary (summary.md) of a report directory.
     Show {
         /// A report directory (`relattn run --out DIR`, `report merge --out DIR`) or one of its
-        /// <arch>/ directories.
+        /// <arch>/ directories [default: reports-out/latest, the newest run without --out].
         #[arg(value_name = "DIR")]
-        dir: PathBuf,
+        dir: Option<PathBuf>,
     },
     /// Draw the plots of a report directory (error / bound per path, against KV length, split
     /// count and layer) into each architecture's plots/, and link them from its summary.md.
     Plot {
-        /// A report directory (holding sm90/, cpu/, ...) or one architecture directory.
+        /// A report directory (holding sm90/, cpu/, ...) or one architecture directory
+        /// [default: reports-out/latest].
         #[arg(value_name = "DIR")]
-        dir: PathBuf,
+        dir: Option<PathBuf>,
     },
 }
 
@@ -110,15 +112,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 time_floor_ms: time_floor_ms.unwrap_or(default.time_floor_ms),
                 ..default
             };
-            diff(&base, &new, &options, json)
+            diff(&base, &or_latest(new)?, &options, json)
         }
-        ReportCommand::Plot { dir } => plot(&dir),
+        ReportCommand::Plot { dir } => plot(&or_latest(dir)?),
         ReportCommand::Show { dir } => {
-            let text = relattn_reports::show(&dir).map_err(unreadable)?;
+            let text = relattn_reports::show(&or_latest(dir)?).map_err(unreadable)?;
             crate::output::print(&text)?;
             Ok(())
         }
     }
+}
+
+/// The directory given, else the newest run without `--out` (`reports-out/latest`).
+fn or_latest(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    use crate::cmd::run::out::{LATEST, RUNS_ROOT};
+    if let Some(dir) = dir {
+        return Ok(dir);
+    }
+    let latest = Path::new(RUNS_ROOT).join(LATEST);
+    if std::fs::symlink_metadata(&latest).is_err() {
+        return Err(exit::usage(format!(
+            "no report directory given, and {} does not exist (it names the newest `relattn \
+             run` without --out): give a report directory",
+            latest.display()
+        )));
+    }
+    Ok(latest)
 }
 
 /// The error already names the directory; add what would be accepted instead.

@@ -43,6 +43,19 @@ fn the_same_run_twice_in_one_checkout_exits_0_both_times() {
     assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
     let two = latest(dir.path());
     assert_ne!(one, two);
+    // `report show`, `plot` and `diff BASE` read the latest run by default.
+    let show = relattn_in(dir.path(), &["report", "show"], &[]);
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    assert!(
+        text(&show.stdout).contains("PASS"),
+        "{}",
+        text(&show.stdout)
+    );
+    let diff = relattn_in(dir.path(), &["report", "diff", one.to_str().unwrap()], &[]);
+    assert_eq!(diff.status.code(), Some(0), "{}", text(&diff.stdout));
+    let nothing = relattn_in(two.as_path(), &["report", "show"], &[]);
+    assert_eq!(nothing.status.code(), Some(2));
+    assert!(text(&nothing.stderr).contains("reports-out/latest does not exist"));
     assert!(one.join("cpu/summary.json").is_file() && two.join("cpu/summary.json").is_file());
     // An explicit --out stays exact: a second run there refuses, --resume of a finished report
     // changes nothing.
