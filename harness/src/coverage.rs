@@ -5,7 +5,7 @@
 
 use relattn_kernels::gpu::{
     bias_stages, has_single_query_ctas, kv_map_shape, path_kernels, plan_launches, streams_kv,
-    BiasSource, Geometry, Splits, Stage, CTA_ROWS, KEY_TILE, WGMMA_ARCH,
+    BiasSource, Geometry, Stage, CTA_ROWS, KEY_TILE, WGMMA_ARCH,
 };
 use relattn_matrices::Case;
 use relattn_reference::{DType, Inputs};
@@ -214,9 +214,7 @@ pub fn of_cases(cases: &[Case]) -> Coverage {
         let mut seen = std::collections::BTreeSet::new();
         for trial in case.trials().into_iter().filter(|t| t.skip.is_none()) {
             let path = trial.path;
-            let splits =
-                crate::runner::forced_splits(trial.split).map_or(Splits::Policy, Splits::Forced);
-            let plan = match plan_launches(path, &g, splits) {
+            let plan = match plan_launches(path, &g, trial.split) {
                 Ok(plan) => plan,
                 Err(e) => {
                     cov.unplanned.push(format!("{}: {e}", trial.name));

@@ -3,13 +3,13 @@
 //! the current case uploaded, so all trials of a case share one upload.
 
 use crate::plan::BoundsCheck;
-use crate::runner::{forced_splits, RunError, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use crate::session::ExecutorFactory;
 use rayon::prelude::*;
 use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{
     compile, compile_arch, compile_check, nvrtc_version, run_path_timed, CompilePlan, Compiled,
-    DeviceProblem, Gpu, GpuError, Loaded, Mutant, Repeats, Splits, Variant, CHECK_ARCHS,
+    DeviceProblem, Gpu, GpuError, Loaded, Mutant, Repeats, SplitSetting, Variant, CHECK_ARCHS,
 };
 use relattn_reports::{CompileCheck, Environment};
 use relattn_routing::PathId;
@@ -160,11 +160,7 @@ impl Runner for RealExecutor {
             .get(slot)
             .ok_or_else(|| RunError::Other(format!("no GPU slot {slot}")))?;
         let mut w = device.lock().unwrap_or_else(|e| e.into_inner());
-        let splits = match forced_splits(req.split) {
-            None => Splits::Policy,
-            Some(n) => Splits::Forced(n),
-        };
-        match run_on(&mut w, &self.compiled, req, path, splits, bounds_check) {
+        match run_on(&mut w, &self.compiled, req, path, req.split, bounds_check) {
             Ok(run) => Ok(RunOutput {
                 out: run.out,
                 padding_intact: run.padding_intact,
@@ -213,7 +209,7 @@ fn run_on(
     compiled: &HashMap<bool, Compiled>,
     req: &RunRequest<'_>,
     path: PathId,
-    splits: Splits,
+    splits: SplitSetting,
     bounds_check: bool,
 ) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
     let gpu = w.gpu.as_ref().ok_or_else(|| {

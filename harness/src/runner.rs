@@ -148,14 +148,6 @@ pub struct Kept {
     pub left_out: Vec<String>,
 }
 
-/// The split count a request asks for (`None`: the implementation's own policy).
-pub fn forced_splits(split: SplitSetting) -> Option<usize> {
-    match split {
-        SplitSetting::Policy => None,
-        SplitSetting::Forced(n) => Some(n),
-    }
-}
-
 pub use relattn_common::stats::median;
 
 #[cfg(test)]

@@ -5,11 +5,11 @@
 use relattn_kernels::gpu::{
     attention_smem_bytes, decode_piece_keys, decode_piece_keys_for, decode_piece_layout, files,
     has_single_query_ctas, kv_map_shape, launch_smem_bytes, native_arch, out_poison, padding_bits,
-    path_kernels, plan_launches, ring_stages, unwritten_bits, Geometry, GpuError, SmLimits, Splits,
-    Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS,
-    DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_STAGE_BYTES, HEAD_DIM,
-    KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW,
-    SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
+    path_kernels, plan_launches, ring_stages, unwritten_bits, Geometry, GpuError, SmLimits,
+    SplitSetting, Stage, ATTN_SMEM_BYTES, CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS,
+    DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES,
+    DEC_STAGE_BYTES, HEAD_DIM, KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG,
+    QUERY_SMEM_BYTES_WG_WINDOW, SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
 };
 use relattn_kernels::routing::{self, decode_split_keys, Capability, PathId};
 use relattn_reference::gen::{generate, GenSpec};
@@ -35,18 +35,18 @@ fn windowed_layers_take_the_windowed_entry_of_score_mod_and_fallback() {
     let local = geometry(&GenSpec::local(8, 2, 128, vec![(40, 300), (1, 200)], 2));
     let global = geometry(&GenSpec::global(8, 2, vec![(40, 300), (1, 200)], 2));
     for path in [PathId::ScoreMod, PathId::Fallback] {
-        let plan = plan_launches(path, &local, Splits::Policy).unwrap();
+        let plan = plan_launches(path, &local, SplitSetting::Policy).unwrap();
         assert_eq!(stages(&plan), [Stage::Windowed], "{path}");
-        let plan = plan_launches(path, &global, Splits::Policy).unwrap();
+        let plan = plan_launches(path, &global, SplitSetting::Policy).unwrap();
         assert_eq!(stages(&plan), [Stage::Main], "{path}");
     }
     // sheared_bias carries the window in its buffer: one main kernel for both.
-    let plan = plan_launches(PathId::ShearedBias, &local, Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::ShearedBias, &local, SplitSetting::Policy).unwrap();
     assert_eq!(stages(&plan), [Stage::Prologue, Stage::Main]);
     // The windowed decode-only launch of fallback stays the decode kernel.
     let mut decode = GenSpec::local(8, 2, 128, vec![(1, 300), (1, 20)], 3);
     decode.page_size = 64;
-    let plan = plan_launches(PathId::Fallback, &geometry(&decode), Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::Fallback, &geometry(&decode), SplitSetting::Policy).unwrap();
     assert_eq!(stages(&plan), [Stage::Decode]);
     assert_eq!(Stage::Windowed.as_str(), "windowed");
     // The windowed entry takes the attention launch's shared memory, as the main entry does.
@@ -61,16 +61,18 @@ fn windowed_layers_take_the_windowed_entry_of_score_mod_and_fallback() {
 #[test]
 fn score_mod_refuses_split_kv() {
     let g = geometry(&GenSpec::global(4, 2, vec![(40, 100), (0, 5), (1, 9)], 1));
-    let plan = plan_launches(PathId::ScoreMod, &g, Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::ScoreMod, &g, SplitSetting::Policy).unwrap();
     assert_eq!(plan.num_splits, 1);
     assert_eq!(stages(&plan), [Stage::Main]);
     // 64 virtual rows per CTA = 32 query rows x the G = 2 heads of a KV head.
     assert_eq!(plan.launches[0].grid, (2, 2, 3));
     assert_eq!(
-        plan_launches(PathId::ScoreMod, &g, Splits::Forced(1)).unwrap(),
+        plan_launches(PathId::ScoreMod, &g, SplitSetting::Forced(1)).unwrap(),
         plan
     );
-    assert!(unsupported(plan_launches(PathId::ScoreMod, &g, Splits::Forced(2))).contains("split"));
+    assert!(
+        unsupported(plan_launches(PathId::ScoreMod, &g, SplitSetting::Forced(2))).contains("split")
+    );
 }
 
 #[test]
@@ -80,7 +82,7 @@ fn sheared_bias_constraints_are_typed() {
     assert!(unsupported(plan_launches(
         PathId::ShearedBias,
         &geometry(&spec),
-        Splits::Policy
+        SplitSetting::Policy
     ))
     .contains("128"));
     let mut local = GenSpec::local(4, 2, 256, vec![(3, 30)], 2);
@@ -88,22 +90,25 @@ fn sheared_bias_constraints_are_typed() {
     assert!(unsupported(plan_launches(
         PathId::ShearedBias,
         &geometry(&local),
-        Splits::Policy
+        SplitSetting::Policy
     ))
     .contains("window"));
     let mut d64 = GenSpec::global(4, 2, vec![(3, 30)], 2);
     d64.head_dim = 64;
     for path in PathId::ALL {
         assert!(
-            unsupported(plan_launches(path, &geometry(&d64), Splits::Policy)).contains("head_dim")
+            unsupported(plan_launches(path, &geometry(&d64), SplitSetting::Policy))
+                .contains("head_dim")
         );
     }
     let fits = GenSpec::global(4, 2, vec![(3, 30)], 2);
     for path in PathId::ALL {
-        assert!(
-            unsupported(plan_launches(path, &geometry(&fits), Splits::Forced(0)))
-                .contains("at least 1")
-        );
+        assert!(unsupported(plan_launches(
+            path,
+            &geometry(&fits),
+            SplitSetting::Forced(0)
+        ))
+        .contains("at least 1"));
     }
 }
 
@@ -115,7 +120,7 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
     let row = routing::lookup(Capability::new(10, 0)).unwrap();
     let expected = routing::num_splits(row, &g.shape());
     assert!(expected > 1, "a single long decode splits on SM100");
-    let plan = plan_launches(PathId::ShearedBias, &g, Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::ShearedBias, &g, SplitSetting::Policy).unwrap();
     assert_eq!(plan.num_splits, expected);
     assert_eq!(
         routing::policy_splits(PathId::ShearedBias, &g.shape()),
@@ -126,7 +131,7 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
         [Stage::Prologue, Stage::Main, Stage::Combine]
     );
     for n in [1usize, 2, 3, 7, 16, 128] {
-        let plan = plan_launches(PathId::ShearedBias, &g, Splits::Forced(n)).unwrap();
+        let plan = plan_launches(PathId::ShearedBias, &g, SplitSetting::Forced(n)).unwrap();
         assert_eq!(plan.num_splits, n);
         assert_eq!(
             plan.launches[0].grid.1 as usize, 8,
@@ -140,7 +145,7 @@ fn sheared_bias_splits_follow_the_sm100_policy_or_the_forced_count() {
     // Local layers never split under the policy.
     let local = geometry(&GenSpec::local(8, 1, 128, vec![(1, 5000)], 3));
     assert_eq!(
-        plan_launches(PathId::ShearedBias, &local, Splits::Policy)
+        plan_launches(PathId::ShearedBias, &local, SplitSetting::Policy)
             .unwrap()
             .num_splits,
         1
@@ -152,7 +157,7 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     let mut spec = GenSpec::global(8, 2, vec![(1, 9000), (0, 3), (1, 20)], 4);
     spec.page_size = 16;
     let g = geometry(&spec);
-    let plan = plan_launches(PathId::Fallback, &g, Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::Fallback, &g, SplitSetting::Policy).unwrap();
     // One launch: the merge runs in the last CTA of each request and KV head.
     assert_eq!(stages(&plan), [Stage::Decode]);
     assert!(plan.has_stage(Stage::Decode) && !plan.has_stage(Stage::Main));
@@ -165,11 +170,11 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     assert_eq!(plan.decode_pieces, 2);
     assert_eq!(plan.launches[0].grid, (10, 2, 3));
     assert_eq!(plan.workspace_splits, 10 + 5);
-    let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(3)).unwrap();
+    let forced = plan_launches(PathId::Fallback, &g, SplitSetting::Forced(3)).unwrap();
     assert_eq!((forced.num_splits, forced.decode_pieces), (3, 3));
     assert_eq!(forced.workspace_splits, 9 + 3);
-    // Splits no longer than a piece are one piece each: a CTA per split.
-    let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(32)).unwrap();
+    // SplitSetting no longer than a piece are one piece each: a CTA per split.
+    let forced = plan_launches(PathId::Fallback, &g, SplitSetting::Forced(32)).unwrap();
     assert_eq!(forced.decode_pieces, 1);
     assert_eq!(
         (forced.launches[0].grid.0, forced.workspace_splits),
@@ -178,7 +183,7 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
     // More splits than the policy's 32 (routing::FALLBACK_MAX_SPLITS: the kernel's one bound is
     // its grid): still a CTA and a partial per split, the empty ones among them included.
     for n in [64usize, 128, 1024] {
-        let forced = plan_launches(PathId::Fallback, &g, Splits::Forced(n)).unwrap();
+        let forced = plan_launches(PathId::Fallback, &g, SplitSetting::Forced(n)).unwrap();
         assert_eq!(stages(&forced), [Stage::Decode]);
         assert_eq!(
             (
@@ -190,21 +195,23 @@ fn fallback_decode_follows_spec_4_3_and_needs_decode_only_batches() {
         );
         assert_eq!(forced.launches[0].grid, (n as u32, 2, 3));
     }
-    let one = plan_launches(PathId::Fallback, &g, Splits::Forced(1)).unwrap();
+    let one = plan_launches(PathId::Fallback, &g, SplitSetting::Forced(1)).unwrap();
     assert_eq!(stages(&one), [Stage::Main]);
     // Short global decode with small pages: the main kernel.
     let short = geometry(&GenSpec::global(8, 2, vec![(1, 100)], 4));
     assert_eq!(
-        stages(&plan_launches(PathId::Fallback, &short, Splits::Policy).unwrap()),
+        stages(&plan_launches(PathId::Fallback, &short, SplitSetting::Policy).unwrap()),
         [Stage::Main]
     );
     let prefill = geometry(&GenSpec::global(8, 2, vec![(20, 100), (1, 40)], 4));
-    assert!(
-        unsupported(plan_launches(PathId::Fallback, &prefill, Splits::Forced(2)))
-            .contains("decode-only")
-    );
+    assert!(unsupported(plan_launches(
+        PathId::Fallback,
+        &prefill,
+        SplitSetting::Forced(2)
+    ))
+    .contains("decode-only"));
     // G query heads share a CTA: rows per CTA = 64 / G.
-    let main = plan_launches(PathId::Fallback, &prefill, Splits::Policy).unwrap();
+    let main = plan_launches(PathId::Fallback, &prefill, SplitSetting::Policy).unwrap();
     assert_eq!(
         main.launches[0].grid,
         (2, 2, 2),
@@ -226,12 +233,12 @@ fn plans_check_the_split_count_they_launch() {
         (PathId::Fallback, &decode),
     ] {
         let max = routing::path_spec(path).max_splits;
-        let plan = plan_launches(path, g, Splits::Forced(max)).unwrap();
+        let plan = plan_launches(path, g, SplitSetting::Forced(max)).unwrap();
         assert_eq!(plan.num_splits, max, "{path}");
-        let refused = unsupported(plan_launches(path, g, Splits::Forced(max + 1)));
+        let refused = unsupported(plan_launches(path, g, SplitSetting::Forced(max + 1)));
         let limit = routing::path_spec(path).check_splits(max + 1).unwrap_err();
         assert_eq!(refused, limit.to_string(), "{path}");
-        let policy = plan_launches(path, g, Splits::Policy).unwrap();
+        let policy = plan_launches(path, g, SplitSetting::Policy).unwrap();
         assert_eq!(
             policy.num_splits,
             routing::policy_splits(path, &g.shape()),
@@ -245,7 +252,7 @@ fn empty_batches_launch_nothing() {
     let g = geometry(&GenSpec::global(4, 4, vec![(0, 10), (0, 0)], 5));
     for path in PathId::ALL {
         assert!(
-            plan_launches(path, &g, Splits::Policy)
+            plan_launches(path, &g, SplitSetting::Policy)
                 .unwrap()
                 .launches
                 .is_empty(),
@@ -420,7 +427,12 @@ fn grid_constants_mirror_the_kernels() {
     assert_eq!(c_define("ROWS"), Some(32));
     let mut spec = GenSpec::global(8, 2, vec![(33, 40)], 7);
     spec.rel_extent = 128;
-    let plan = plan_launches(PathId::ShearedBias, &geometry(&spec), Splits::Forced(1)).unwrap();
+    let plan = plan_launches(
+        PathId::ShearedBias,
+        &geometry(&spec),
+        SplitSetting::Forced(1),
+    )
+    .unwrap();
     assert_eq!(plan.launches[0].grid, (2, 8, 1), "ceil(33 / 32) blocks x H");
     assert_eq!(
         plan.launches[1].grid,
@@ -430,7 +442,9 @@ fn grid_constants_mirror_the_kernels() {
     // Groups larger than a CTA's rows are refused with a typed error.
     let wide = geometry(&GenSpec::global(128, 1, vec![(1, 40)], 7));
     for path in PathId::ALL {
-        assert!(unsupported(plan_launches(path, &wide, Splits::Policy)).contains("GQA group"));
+        assert!(
+            unsupported(plan_launches(path, &wide, SplitSetting::Policy)).contains("GQA group")
+        );
     }
 }
 
@@ -444,7 +458,7 @@ const H200: SmLimits = SmLimits {
 
 /// The shared memory of the fallback path's launch of `g`.
 fn fallback_smem(g: &Geometry, stages: usize, arch: &str) -> usize {
-    let plan = plan_launches(PathId::Fallback, g, Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::Fallback, g, SplitSetting::Policy).unwrap();
     launch_smem_bytes(&plan, g, stages, arch)
 }
 
@@ -460,7 +474,7 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     // policy gives 32 splits x 8 KV heads = 256 CTAs, two per SM: 3 stages of 35 KiB each (K/V
     // and bias chunks), the deepest ring two CTAs fit.
     let decode = geometry(&GenSpec::global(64, 8, vec![(1, 9000)], 3));
-    let fallback = plan_launches(PathId::Fallback, &decode, Splits::Forced(32)).unwrap();
+    let fallback = plan_launches(PathId::Fallback, &decode, SplitSetting::Forced(32)).unwrap();
     let s = ring_stages(&fallback, &decode, &H200);
     assert_eq!(s, 3);
     assert!(on_sm(2, attention_smem_bytes(s)) <= H200.smem_per_sm);
@@ -470,13 +484,13 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
         attention_smem_bytes(s)
     );
     // 16 splits x 8 = 128 CTAs: one per SM, the deepest ring.
-    let sheared = plan_launches(PathId::ShearedBias, &decode, Splits::Forced(16)).unwrap();
+    let sheared = plan_launches(PathId::ShearedBias, &decode, SplitSetting::Forced(16)).unwrap();
     assert_eq!(ring_stages(&sheared, &decode, &H200), DEC_MAX_STAGES);
     assert!(on_sm(1, attention_smem_bytes(DEC_MAX_STAGES)) <= H200.smem_per_sm);
     assert!(attention_smem_bytes(DEC_MAX_STAGES) <= H200.smem_per_block);
     // 1024 CTAs: as many per SM as registers allow (3 on sm_90a: the minimum ring; 2: 3 stages).
     let batch = geometry(&GenSpec::global(64, 8, vec![(1, 64); 32], 3));
-    let wide = plan_launches(PathId::Fallback, &batch, Splits::Forced(4)).unwrap();
+    let wide = plan_launches(PathId::Fallback, &batch, SplitSetting::Forced(4)).unwrap();
     assert_eq!(ring_stages(&wide, &batch, &H200), DEC_MIN_STAGES);
     assert!(on_sm(3, attention_smem_bytes(DEC_MIN_STAGES)) <= H200.smem_per_sm);
     let two = SmLimits {
@@ -508,7 +522,7 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     assert_eq!(ring_stages(&fallback, &decode, &none), DEC_MIN_STAGES);
     // Query blocks and mixed batches keep the minimum (their CTAs do not stream a ring).
     let prefill = geometry(&GenSpec::global(64, 8, vec![(64, 200)], 3));
-    let main = plan_launches(PathId::ScoreMod, &prefill, Splits::Policy).unwrap();
+    let main = plan_launches(PathId::ScoreMod, &prefill, SplitSetting::Policy).unwrap();
     assert_eq!(ring_stages(&main, &prefill, &H200), DEC_MIN_STAGES);
     assert_eq!(
         attention_smem_bytes(DEC_MIN_STAGES),
@@ -516,7 +530,7 @@ fn decode_rings_fill_the_shared_memory_of_the_ctas_an_sm_holds() {
     );
     // G > 16: single-query CTAs are query blocks too.
     let wide_group = geometry(&GenSpec::global(32, 1, vec![(1, 9000)], 3));
-    let plan = plan_launches(PathId::ScoreMod, &wide_group, Splits::Policy).unwrap();
+    let plan = plan_launches(PathId::ScoreMod, &wide_group, SplitSetting::Policy).unwrap();
     assert_eq!(ring_stages(&plan, &wide_group, &H200), DEC_MIN_STAGES);
 }
 
@@ -543,12 +557,12 @@ fn launches_without_single_query_ctas_take_only_the_query_block_tiles() {
     assert!(wg_local > wg && on_sm(3, wg_local) <= H200.smem_per_sm);
     // Only the windowed entries (score_mod and fallback) take it: sheared_bias's launch on the
     // same layer keeps the smaller size, as shared memory not taken is the SM's L1 cache.
-    let score_mod = plan_launches(PathId::ScoreMod, &local, Splits::Policy).unwrap();
+    let score_mod = plan_launches(PathId::ScoreMod, &local, SplitSetting::Policy).unwrap();
     assert_eq!(
         launch_smem_bytes(&score_mod, &local, 3, WGMMA_ARCH),
         wg_local
     );
-    let sheared = plan_launches(PathId::ShearedBias, &local, Splits::Policy).unwrap();
+    let sheared = plan_launches(PathId::ShearedBias, &local, SplitSetting::Policy).unwrap();
     assert!(!sheared.has_stage(Stage::Windowed));
     assert_eq!(launch_smem_bytes(&sheared, &local, 3, WGMMA_ARCH), wg);
     assert_eq!(
@@ -654,7 +668,7 @@ fn fp32_is_refused_by_every_path() {
     spec.dtype = DType::F32;
     let g = geometry(&spec);
     for path in PathId::ALL {
-        match plan_launches(path, &g, Splits::Policy) {
+        match plan_launches(path, &g, SplitSetting::Policy) {
             Err(GpuError::Unsupported { reason, .. }) => {
                 assert!(reason.contains("fp32"), "{path}: {reason}")
             }

@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 use relattn_kernels::gpu::{
     compile, compile_check, plan_launches, run_path, run_path_timed, CompilePlan, Geometry, Gpu,
-    GpuError, GpuRun, Loaded, Mutant, Repeats, Splits, Stage, Variant, CHECK_ARCHS,
+    GpuError, GpuRun, Loaded, Mutant, Repeats, SplitSetting, Stage, Variant, CHECK_ARCHS,
 };
 use relattn_kernels::routing::PathId;
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
@@ -87,18 +87,18 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn split_settings(path: PathId, p: &Problem) -> Vec<Splits> {
+fn split_settings(path: PathId, p: &Problem) -> Vec<SplitSetting> {
     match path {
-        PathId::ScoreMod => vec![Splits::Policy],
+        PathId::ScoreMod => vec![SplitSetting::Policy],
         PathId::ShearedBias => [1, 2, 3, 7, 16, 128]
             .into_iter()
-            .map(Splits::Forced)
-            .chain([Splits::Policy])
+            .map(SplitSetting::Forced)
+            .chain([SplitSetting::Policy])
             .collect(),
         PathId::Fallback => {
-            let mut s = vec![Splits::Policy, Splits::Forced(1)];
+            let mut s = vec![SplitSetting::Policy, SplitSetting::Forced(1)];
             if p.max_query_len() <= 1 {
-                s.extend([2, 3, 7, 32].map(Splits::Forced));
+                s.extend([2, 3, 7, 32].map(SplitSetting::Forced));
             }
             s
         }
@@ -213,11 +213,11 @@ fn first_catch(gpu: &Gpu, variant: Variant, path: PathId, cases: &[Case]) -> Opt
     let loaded = load(gpu, variant);
     for case in cases {
         let dp = gpu.upload(&case.problem).unwrap();
-        let mut settings = vec![Splits::Policy];
+        let mut settings = vec![SplitSetting::Policy];
         match path {
-            PathId::ShearedBias => settings.push(Splits::Forced(3)),
+            PathId::ShearedBias => settings.push(SplitSetting::Forced(3)),
             PathId::Fallback if case.problem.max_query_len() <= 1 => {
-                settings.push(Splits::Forced(3))
+                settings.push(SplitSetting::Forced(3))
             }
             _ => {}
         }
@@ -389,7 +389,7 @@ fn trapped_defect_is_caught() {
     let cases = cases();
     let loaded = load(&gpu, Variant::PLAIN);
     let dp = gpu.upload(&cases[1].problem).unwrap();
-    let run = run_path(&gpu, &loaded, &dp, PathId::ScoreMod, Splits::Policy).unwrap();
+    let run = run_path(&gpu, &loaded, &dp, PathId::ScoreMod, SplitSetting::Policy).unwrap();
     judge(&cases[1], &run).unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -459,17 +459,17 @@ fn decode_merges_are_right_and_deterministic() {
     let plan = plan_launches(
         PathId::Fallback,
         &Geometry::of(&case.problem),
-        Splits::Policy,
+        SplitSetting::Policy,
     )
     .unwrap();
     assert_eq!(plan.launches[0].stage, Stage::Decode);
     assert!(plan.decode_pieces > 1);
     let dp = gpu.upload(&case.problem).unwrap();
     let bits = |run: &GpuRun| run.out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-    let first = run_path(&gpu, &loaded, &dp, PathId::Fallback, Splits::Policy).unwrap();
+    let first = run_path(&gpu, &loaded, &dp, PathId::Fallback, SplitSetting::Policy).unwrap();
     judge(&case, &first).unwrap();
     for launch in 1..6 {
-        let again = run_path(&gpu, &loaded, &dp, PathId::Fallback, Splits::Policy).unwrap();
+        let again = run_path(&gpu, &loaded, &dp, PathId::Fallback, SplitSetting::Policy).unwrap();
         judge(&case, &again).unwrap();
         assert!(
             bits(&again) == bits(&first),
@@ -483,7 +483,7 @@ fn decode_merges_are_right_and_deterministic() {
         &loaded,
         &dp,
         PathId::Fallback,
-        Splits::Policy,
+        SplitSetting::Policy,
         Repeats::TRIAL,
     )
     .unwrap();
@@ -517,7 +517,7 @@ fn decode_entry_edges_are_right() {
             &loaded,
             &gpu.upload(&case.problem).unwrap(),
             PathId::Fallback,
-            Splits::Forced(splits),
+            SplitSetting::Forced(splits),
         )
         .unwrap();
         judge(&case, &run).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -2,11 +2,11 @@
 //! the paths (or split settings) that are excluded for it.
 
 use crate::layer::Layer;
-use crate::split::SplitSetting;
 use relattn_reference::judge::Tolerance;
 use relattn_reference::limits::LimitError;
 use relattn_reference::{BatchShape, BiasMode, GenSpec, Inputs, PageMode, Window};
 use relattn_routing::PathId;
+use relattn_routing::SplitSetting;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

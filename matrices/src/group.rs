@@ -4,11 +4,11 @@ use crate::count::{product, MAX_CASES, MAX_FORCED_SPLITS, MAX_SPLIT_SETTINGS, MA
 use crate::error::MatrixError;
 use crate::layer::Layer;
 use crate::mixes::{mix, Mix, MIXES};
-use crate::split::SplitSetting;
 use crate::REGRESSION_CLASSES;
 use relattn_reference::limits::Dim;
 use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
 use relattn_routing::PathId;
+use relattn_routing::SplitSetting;
 use serde::Deserialize;
 
 /// A `[[group]]`: the cartesian product of its axes. Only `layers`, `heads` and `mixes` are

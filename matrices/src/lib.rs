@@ -17,7 +17,6 @@ mod matrix;
 mod mixes;
 mod rules;
 mod shard;
-mod split;
 mod tolerance;
 
 pub use case::{canonical_form, case_id, Case, TrialPlan, ID_DIGITS, ID_PREFIX};
@@ -28,9 +27,9 @@ pub use error::MatrixError;
 pub use layer::Layer;
 pub use matrix::{Expansion, Matrix, Skip};
 pub use mixes::{mix, Mix, MixShape, MIXES};
+pub use relattn_routing::SplitSetting;
 pub use rules::{Requirement, Rule, Rules};
 pub use shard::{shard, Shard};
-pub use split::SplitSetting;
 
 use std::path::Path;
 

@@ -7,10 +7,10 @@ use crate::group::{check_group, Group, RawGroup};
 use crate::layer::Layer;
 use crate::mixes::Mix;
 use crate::rules::Rules;
-use crate::split::SplitSetting;
 use crate::tolerance::{self, RawTolerance, Tolerances};
 use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
 use relattn_routing::PathId;
+use relattn_routing::SplitSetting;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 

@@ -8,8 +8,8 @@
 
 use crate::case::Case;
 use crate::error::MatrixError;
-use crate::split::SplitSetting;
 use relattn_reference::DType;
+use relattn_routing::SplitSetting;
 use relattn_routing::{path_spec, PathCase, PathId, PathLimit};
 use serde::Deserialize;
 

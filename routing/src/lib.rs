@@ -9,6 +9,7 @@
 mod ids;
 mod path;
 mod policy;
+mod split_setting;
 mod splits;
 mod table;
 mod window;
@@ -22,6 +23,7 @@ pub use policy::{
     bucket_max_seqlen_q, decode_split_count, fallback_decode_splits, num_splits, policy_splits,
     use_split_kv_decode, SHEARED_POLICY_ARCH,
 };
+pub use split_setting::SplitSetting;
 pub use splits::{
     decode_split_keys, decode_split_len, sheared_split_keys, DECODE_SPLIT_ALIGN, SHEAR_TILE,
 };

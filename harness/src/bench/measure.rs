@@ -6,7 +6,7 @@
 use super::report::{BenchRow, RowStatus};
 use super::shapes::Figures;
 use relattn_kernels::gpu::{
-    plan_launches, run_path, Geometry, Gpu, GpuError, Loaded, Peaks, Splits, Timing,
+    plan_launches, run_path, Geometry, Gpu, GpuError, Loaded, Peaks, SplitSetting, Timing,
 };
 use relattn_reference::Problem;
 use relattn_routing::PathId;
@@ -91,7 +91,7 @@ pub fn bench_shape(
     let mut runnable = Vec::new();
     // Decided from the launch plan before anything is uploaded.
     for &path in paths {
-        match plan_launches(path, &geometry, Splits::Policy) {
+        match plan_launches(path, &geometry, SplitSetting::Policy) {
             Ok(_) => runnable.push(path),
             Err(GpuError::Unsupported { reason, .. }) => rows.push(BenchRow::not_timed(
                 shape,
@@ -220,7 +220,13 @@ fn time_path(
     let mut i = 0;
     while i < warmup + reps {
         let started = Instant::now();
-        let run = run_path(gpu, loaded, &sets[i % sets.len()], path, Splits::Policy)?;
+        let run = run_path(
+            gpu,
+            loaded,
+            &sets[i % sets.len()],
+            path,
+            SplitSetting::Policy,
+        )?;
         if i == 0 && warmup > 0 {
             let (w, r) = launches_within(warmup, reps, started.elapsed(), opts.row_budget);
             if r < reps {

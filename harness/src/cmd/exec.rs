@@ -11,12 +11,12 @@ use crate::exit::{no_gpu, usage};
 use crate::gpu_exec::{classify, RealFactory};
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use crate::plan::BoundsCheck;
-use crate::runner::{forced_splits, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{RunOutput, RunRequest, Runner, Target};
 use crate::session::ExecutorFactory;
 use crate::worker::{self, WorkerRunner};
 use relattn_common::files::same_file;
 use relattn_kernels::capability::NvmlSource;
-use relattn_kernels::gpu::{self, Geometry, Gpu, Splits};
+use relattn_kernels::gpu::{self, Geometry, Gpu};
 use relattn_matrices::SplitSetting;
 use relattn_reference::casefile::{read_case, write_impl_output};
 use relattn_reference::transform::with_layout;
@@ -145,10 +145,8 @@ fn native(
     split: SplitSetting,
 ) -> anyhow::Result<(Box<dyn Runner>, Target, String)> {
     let path: PathId = args.path.parse().map_err(|e| usage(format!("{e}")))?;
-    let splits = forced_splits(split).map_or(Splits::Policy, Splits::Forced);
     // Pure planning first: an unsupported combination is a usage error even without a GPU.
-    gpu::plan_launches(path, &Geometry::of(problem), splits)
-        .map_err(|e| classify(e).into_exit())?;
+    gpu::plan_launches(path, &Geometry::of(problem), split).map_err(|e| classify(e).into_exit())?;
     // A device whose route is a rejection stops here, before anything is compiled or allocated.
     let selection = DeviceSelection::List(vec![args.device as u32]);
     let device = match detect(&NvmlSource::new(), Gpu::available(), &selection) {

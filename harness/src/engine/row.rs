@@ -5,7 +5,7 @@
 use super::cases::CaseData;
 use super::trial::Runners;
 use crate::plan::{Trial, TrialKind};
-use crate::runner::{forced_splits, Kept, RunError, RunOutput, Target};
+use crate::runner::{Kept, RunError, RunOutput, Target};
 use ndarray::Array3;
 use relattn_matrices::Case;
 use relattn_reference::judge::judge;
@@ -99,8 +99,9 @@ pub(super) fn finish_row(
                 Some(Target::Worker { label, path, .. }),
                 TrialKind::Gpu { split, .. },
             ) => {
-                let splits =
-                    forced_splits(*split).map_or(String::new(), |n| format!(" --splits {n}"));
+                let splits = split
+                    .forced()
+                    .map_or(String::new(), |n| format!(" --splits {n}"));
                 Some(format!(
                     "relattn exec {label} --path {path} --input {}{splits} --output out.safetensors",
                     file.display()

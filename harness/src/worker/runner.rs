@@ -5,7 +5,7 @@
 use super::process::{Death, Process};
 use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
 use super::WorkerSpec;
-use crate::runner::{forced_splits, median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_common::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
 use relattn_reference::casefile::{read_worker_output, write_case, CaseMeta};
 use std::collections::VecDeque;
@@ -248,7 +248,7 @@ impl Runner for WorkerRunner {
             req.trial,
             &case.to_string_lossy(),
             path,
-            forced_splits(req.split),
+            req.split.forced(),
             &out.to_string_lossy(),
             req.timing.map(|t| (t.warmup, t.reps)),
         );

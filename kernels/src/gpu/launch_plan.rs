@@ -10,7 +10,7 @@ use super::error::GpuError;
 use super::geometry::Geometry;
 use super::paths::path_kernels;
 use super::source::{Stage, DTYPES};
-use crate::routing::{self, PathId};
+use crate::routing::{self, PathId, SplitSetting};
 use std::ops::Range;
 
 /// Virtual rows (query row x query head of one KV head's group) an attention CTA computes;
@@ -68,16 +68,6 @@ pub const DECODE_TARGET_CTAS: usize = 256;
 /// Fewest keys of a decode piece (16 key tiles): shorter pieces would spend more on starting
 /// CTAs and merging than they win.
 pub const DECODE_MIN_PIECE_KEYS: usize = 1024;
-
-/// How many KV splits a run uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Splits {
-    /// What the path's production policy picks (SPEC 4.1 for sheared_bias, 4.3 for fallback).
-    Policy,
-    /// Exactly this many (sheared_bias: any N >= 1; fallback: N >= 2 runs the split-KV decode
-    /// kernel and needs a decode-only batch, N == 1 the main kernel; score_mod: only 1).
-    Forced(usize),
-}
 
 /// One kernel launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,7 +292,11 @@ pub fn kv_map_shape(
 }
 
 /// Plan the launches of `path` on a problem, or say why the path cannot take it.
-pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<LaunchPlan, GpuError> {
+pub fn plan_launches(
+    path: PathId,
+    g: &Geometry,
+    splits: SplitSetting,
+) -> Result<LaunchPlan, GpuError> {
     // The path's limits (routing's `PathSpec`): the case first, then the split count the
     // launches will really use, the policy's or the forced one.
     let spec = routing::path_spec(path);
@@ -324,8 +318,8 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
     }
     let shape = g.shape();
     let num_splits = match splits {
-        Splits::Policy => routing::policy_splits(path, &shape),
-        Splits::Forced(n) => n,
+        SplitSetting::Policy => routing::policy_splits(path, &shape),
+        SplitSetting::Forced(n) => n,
     };
     spec.check_splits(num_splits).map_err(limit)?;
     let h = g.num_heads;
@@ -396,8 +390,8 @@ pub fn plan_launches(path: PathId, g: &Geometry, splits: Splits) -> Result<Launc
             // forced: the decode kernel for more than one split.
             let s = num_splits;
             let decode = match splits {
-                Splits::Policy => routing::fallback_decode_splits(&shape).is_some(),
-                Splits::Forced(n) => n > 1,
+                SplitSetting::Policy => routing::fallback_decode_splits(&shape).is_some(),
+                SplitSetting::Forced(n) => n > 1,
             };
             if decode && !g.decode_only() {
                 return Err(unsupported(

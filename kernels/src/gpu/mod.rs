@@ -26,6 +26,7 @@ mod run;
 mod source;
 mod upload;
 
+pub use crate::routing::SplitSetting;
 pub use compile::{
     cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, syntax_check, CheckRecord,
     Compiled, CompiledProgram,
@@ -36,11 +37,11 @@ pub use geometry::Geometry;
 pub use launch_plan::{
     attention_smem_bytes, bias_stages, decode_piece_keys, decode_piece_keys_for,
     decode_piece_layout, has_single_query_ctas, kv_map_shape, launch_smem_bytes, plan_launches,
-    ring_stages, streams_kv, KvMapShape, Launch, LaunchPlan, SmLimits, Splits, ATTN_SMEM_BYTES,
-    CTA_ROWS, CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES,
-    DEC_MAX_STAGES, DEC_MIN_STAGES, DEC_Q_BYTES, DEC_RING_STAGE_BYTES, DEC_STAGE_BYTES, HEAD_DIM,
-    KEY_TILE, KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW,
-    SHEAR_TILE, SMEM_ALIGN, WGMMA_ARCH,
+    ring_stages, streams_kv, KvMapShape, Launch, LaunchPlan, SmLimits, ATTN_SMEM_BYTES, CTA_ROWS,
+    CTA_THREADS, DECODE_MIN_PIECE_KEYS, DECODE_TARGET_CTAS, DEC_BIAS_BYTES, DEC_MAX_STAGES,
+    DEC_MIN_STAGES, DEC_Q_BYTES, DEC_RING_STAGE_BYTES, DEC_STAGE_BYTES, HEAD_DIM, KEY_TILE,
+    KV_TMA_MIN_PAGE, QUERY_SMEM_BYTES, QUERY_SMEM_BYTES_WG, QUERY_SMEM_BYTES_WG_WINDOW, SHEAR_TILE,
+    SMEM_ALIGN, WGMMA_ARCH,
 };
 pub use mutant::{Mutant, Patch, Site};
 pub use params::{c_struct_fields, Params, TensorMap, FIELDS as PARAM_FIELDS, PARAMS_BYTES};

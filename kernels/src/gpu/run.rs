@@ -8,12 +8,13 @@ use super::ffi;
 use super::geometry::Geometry;
 use super::launch_plan::{
     attention_smem_bytes, kv_map_shape, launch_smem_bytes, plan_launches, ring_stages, LaunchPlan,
-    Splits, CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
+    CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
 };
 use super::params::Params;
 use super::source::Stage;
 use super::upload::{bits_at, unwritten_bits, DeviceProblem};
 use crate::routing::PathId;
+use crate::routing::SplitSetting;
 use cudarc::driver::{sys, CudaSlice, DevicePtr, DriverError};
 use ndarray::Array3;
 
@@ -94,7 +95,7 @@ pub fn run_path(
     loaded: &Loaded,
     problem: &DeviceProblem,
     path: PathId,
-    splits: Splits,
+    splits: SplitSetting,
 ) -> Result<GpuRun, GpuError> {
     run_path_timed(gpu, loaded, problem, path, splits, Repeats::COLD)
 }
@@ -110,7 +111,7 @@ pub fn run_path_timed(
     loaded: &Loaded,
     problem: &DeviceProblem,
     path: PathId,
-    splits: Splits,
+    splits: SplitSetting,
     repeats: Repeats,
 ) -> Result<GpuRun, GpuError> {
     if problem.device != gpu.index() {
@@ -395,7 +396,7 @@ impl Gpu {
         loaded: &Loaded,
         problem: &DeviceProblem,
         path: PathId,
-        splits: Splits,
+        splits: SplitSetting,
     ) -> Result<GpuRun, GpuError> {
         run_path(self, loaded, problem, path, splits)
     }

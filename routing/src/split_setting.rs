@@ -1,4 +1,5 @@
-//! Split settings of a case's trials.
+//! How many KV splits a run uses, from a matrix's split settings through a trial to the launch
+//! plan: one type end to end.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
