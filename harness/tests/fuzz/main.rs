@@ -17,6 +17,8 @@ mod command_lines;
 mod files;
 mod matrices;
 mod processes;
+#[path = "../python/mod.rs"]
+mod python;
 mod report_files;
 mod reports;
 mod run;

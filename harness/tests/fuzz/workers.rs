@@ -11,7 +11,6 @@ use relattn_reference::gen::{generate, GenSpec};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const MATRIX: &str = r#"description = "fuzz workers: two small cases"
 [[group]]
@@ -22,41 +21,6 @@ mixes = ["decode", "mixed"]
 
 /// What a file a worker links its output to holds: it must not show up in a report.
 const SECRET: &str = "secret-bytes-outside-the-report";
-
-/// The `PYTHONPATH` under which python3 has numpy (the faulty worker needs it): empty when it
-/// has it already, else the folder the worker CLI tests install it into.
-fn python_path() -> String {
-    let has_numpy = |path: &str| {
-        Command::new("python3")
-            .args(["-c", "import numpy"])
-            .env("PYTHONPATH", path)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if has_numpy("") {
-        return String::new();
-    }
-    let deps = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-deps");
-    let deps = deps.to_string_lossy().into_owned();
-    if has_numpy(&deps) {
-        return deps;
-    }
-    let _ = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(["--target", &deps, "numpy"])
-        .output();
-    assert!(
-        has_numpy(&deps),
-        "the workers fuzz kind needs python3 with numpy (pip install numpy)"
-    );
-    deps
-}
 
 /// How the trials of a run must end: (trial substring, status, message substring).
 type Rows = &'static [(&'static str, &'static str, &'static str)];
@@ -320,7 +284,7 @@ impl Setup {
         write_case(&case, &problem, &CaseMeta::of(&problem)).unwrap();
         Setup {
             root,
-            python: python_path(),
+            python: crate::python::numpy_path().to_string(),
             adapters: Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters"),
         }
     }

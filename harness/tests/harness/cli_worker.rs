@@ -16,58 +16,14 @@ use relattn_reference::gen::{generate, GenSpec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// python3 with numpy, checked once: the workers need both. Without numpy, it is installed with
-/// pip into the target folder (nothing outside it changes), and `PYTHONPATH` points there.
+/// python3 with numpy, checked once (`python::numpy_path`): the workers need both.
 fn python_ready() -> &'static str {
-    static READY: OnceLock<Result<String, String>> = OnceLock::new();
-    let r = READY.get_or_init(|| {
-        let has_numpy = |path: &str| {
-            Command::new("python3")
-                .args(["-c", "import numpy"])
-                .env("PYTHONPATH", path)
-                .output()
-                .map(|o| o.status.success())
-        };
-        match has_numpy("") {
-            Ok(true) => return Ok(String::new()),
-            Ok(false) => {}
-            Err(e) => return Err(format!("python3 cannot be started: {e}")),
-        }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-deps");
-        let dir = dir.to_string_lossy().into_owned();
-        if has_numpy(&dir).unwrap_or(false) {
-            return Ok(dir);
-        }
-        let out = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(["--target", &dir, "numpy"])
-            .output()
-            .map_err(|e| format!("python3 -m pip cannot be started: {e}"))?;
-        if out.status.success() && has_numpy(&dir).unwrap_or(false) {
-            Ok(dir)
-        } else {
-            Err(format!(
-                "python3 has no numpy and `pip install --target {dir} numpy` failed: {}",
-                text(&out.stderr).trim()
-            ))
-        }
-    });
-    match r {
-        Ok(path) => path,
-        Err(e) => panic!("{e}"),
-    }
+    crate::python::numpy_path()
 }
 
 fn relattn_env(args: &[&str], env: &[(&str, &str)]) -> Output {

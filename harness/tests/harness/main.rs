@@ -5,6 +5,8 @@
 mod bounded;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../python/mod.rs"]
+mod python;
 
 mod bad_inputs;
 mod ci_config;
