@@ -137,7 +137,8 @@ impl Session {
         let bounds = opts
             .bounds
             .unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
-        let cases = load_cases(&gpu_matrix, opts)?;
+        let gpu_usable = matches!(status, GpuStatus::Ready { .. });
+        let (cases, mut too_large) = load_cases(&gpu_matrix, opts, gpu_usable)?;
         let mut trials = routing_trials();
         let mut status = status;
         let mut executor = None;
@@ -161,7 +162,11 @@ impl Session {
         let gpu_run = matches!(status, GpuStatus::Ready { .. });
         if opts.self_checks.unwrap_or(!gpu_run) {
             let self_cases = match &opts.selfcheck_matrix {
-                Some(m) if *m != gpu_matrix => load_cases(m, opts)?,
+                Some(m) if *m != gpu_matrix => {
+                    let (cases, more) = load_cases(m, opts, gpu_usable)?;
+                    too_large.extend(more);
+                    cases
+                }
                 _ => cases.clone(),
             };
             trials.extend(reference_trials(&self_cases));
@@ -181,6 +186,13 @@ impl Session {
         check_trial_count(trials.len() as u64, worker_trial_count(&cases, &info))
             .map_err(crate::exit::usage)?;
         trials.extend(worker_trials(&cases, &info));
+        // Without a usable GPU, a case too large for this machine is not refused: its trials
+        // (GPU ones skip anyway) say it needs a larger host.
+        for t in &mut trials {
+            if let Some(why) = t.case().and_then(|c| too_large.get(&c.id)) {
+                t.ignore.get_or_insert_with(|| why.clone());
+            }
+        }
         crate::filter::retain(&mut trials, opts.filter.as_ref());
         if let Some(only) = &opts.only {
             trials.retain(|t| only.contains(&t.name));
@@ -246,7 +258,17 @@ impl Session {
     }
 }
 
-fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Case>>> {
+/// Ids of cases too large for this machine, with why.
+type TooLarge = std::collections::BTreeMap<String, String>;
+
+/// The cases of `matrix` with the session's shard and case filter, and the ids of cases too
+/// large for this machine with why. A case over the case limit refuses the run when a GPU would
+/// run it (`gpu_usable`); without one it is only listed, and its trials are not run.
+fn load_cases(
+    matrix: &str,
+    opts: &SessionOptions,
+    gpu_usable: bool,
+) -> anyhow::Result<(Vec<Arc<Case>>, TooLarge)> {
     let m = relattn_matrices::load(matrix).with_context(|| format!("loading matrix `{matrix}`"))?;
     let expansion = m
         .expand()
@@ -266,9 +288,17 @@ fn load_cases(matrix: &str, opts: &SessionOptions) -> anyhow::Result<Vec<Arc<Cas
     }
     // Before anything is generated: a case too large for this machine is refused with the limit.
     let limit = relattn_reference::limits::max_case_bytes();
+    let mut too_large = std::collections::BTreeMap::new();
     for case in &cases {
-        case.check_bytes(limit)
-            .map_err(|e| crate::exit::usage(format!("matrix `{matrix}`: {e}")))?;
+        if let Err(e) = case.check_bytes(limit) {
+            if gpu_usable {
+                return Err(crate::exit::usage(format!("matrix `{matrix}`: {e}")));
+            }
+            too_large.insert(
+                case.id.clone(),
+                format!("needs a host with more memory (a GPU host): {e}"),
+            );
+        }
     }
-    Ok(cases.into_iter().map(Arc::new).collect())
+    Ok((cases.into_iter().map(Arc::new).collect(), too_large))
 }

@@ -88,15 +88,16 @@ fn a_full_standard_error_is_exit_2_without_a_panic() {
     assert!(!out_dir.join("cpu/summary.json").exists());
 }
 
-/// The memory budget counts the address-space limit: `run --matrix ci` under `ulimit -v` of
-/// 2 GB once aborted on an allocation; it refuses the case that does not fit, naming the limit.
+/// The memory budget counts the address-space limit: under `ulimit -v` of 2 GB, `run --matrix
+/// ci` once aborted on an allocation. A case that does not fit is refused, naming the limit
+/// (on a machine without a GPU, `run` skips such a case instead: see below).
 #[test]
 fn ulimit_v_sets_the_case_limit() {
     let dir = tempfile::tempdir().unwrap();
     let script = format!(
-        "ulimit -v 2000000 && exec {} run --matrix ci --out {}",
+        "ulimit -v 2000000 && exec {} gen --case c431c8d070c --matrix ci --output {}",
         env!("CARGO_BIN_EXE_relattn"),
-        s(&dir.path().join("out"))
+        s(&dir.path().join("case.safetensors"))
     );
     let out = Command::new("sh").args(["-c", &script]).output().unwrap();
     let err = text(&out.stderr);
@@ -107,6 +108,7 @@ fn ulimit_v_sets_the_case_limit() {
         !err.contains("memory allocation") && !err.contains("panicked"),
         "{err}"
     );
+    assert!(!dir.path().join("case.safetensors").exists());
 }
 
 /// A run holds its folder with an OS file lock for its whole life: a second run finds it held
@@ -165,4 +167,32 @@ fn a_csv_only_report_is_never_overwritten() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("already holds a report"), "{err}");
     assert_eq!(std::fs::read(arch.join("results.csv")).unwrap(), csv);
+}
+
+/// Without a GPU, a tier whose cases are too large for the machine runs what it can: those
+/// cases' trials are skipped with the reason (a GPU host runs them) instead of the whole run
+/// refusing with exit 2.
+#[test]
+fn without_a_gpu_too_large_cases_are_skipped_not_refused() {
+    if relattn_harness::gpu_exec::libraries_present() {
+        eprintln!("a CUDA driver is present: this test is about machines without one");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = relattn(&[
+        "--max-case-bytes",
+        "256M",
+        "run",
+        "--matrix",
+        "regressions",
+        "--out",
+        s(&dir.path().join("out")),
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let summary = std::fs::read_to_string(dir.path().join("out/cpu/summary.md")).unwrap();
+    assert!(
+        summary.contains("x needs a host with more memory (a GPU host): case "),
+        "{summary}"
+    );
 }
