@@ -148,19 +148,9 @@ pub struct Kept {
     pub left_out: Vec<String>,
 }
 
-pub use relattn_common::stats::median;
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_of_odd_and_even_lists() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&[f64::NAN]), None);
-        assert_eq!(median(&[]), None);
-    }
 
     #[test]
     fn each_error_has_its_exit_code() {

@@ -5,8 +5,9 @@
 use super::process::{Death, Process};
 use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
 use super::WorkerSpec;
-use crate::runner::{median, Kept, RunError, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_common::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
+use relattn_common::stats::median;
 use relattn_reference::casefile::{read_worker_output, write_case, CaseMeta};
 use std::collections::VecDeque;
 use std::io::Write;
