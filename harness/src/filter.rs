@@ -12,7 +12,7 @@
 //! `<name>/<path>`, `routing`, `reference`), `case` (the case id), and every case parameter of
 //! the reports (`layer`, `dtype`, `mix`, `page_size`, `num_heads`, ...).
 
-use crate::plan::Trial;
+use crate::trial_list::Trial;
 use relattn_matrices::Case;
 use relattn_routing::PathId;
 

@@ -75,7 +75,7 @@ pub struct CheckOutcome {
 }
 
 /// Run one check on a problem. `base` is `fast::attention(p)` when the caller has it already.
-pub fn run(check: Check, p: &Problem, base: Option<&RefOutput>) -> CheckOutcome {
+pub fn check(check: Check, p: &Problem, base: Option<&RefOutput>) -> CheckOutcome {
     let owned;
     let base = match base {
         Some(b) => b,
@@ -292,7 +292,7 @@ mod tests {
         let p = problem();
         let base = fast::attention(&p);
         for check in Check::ALL {
-            let c = run(check, &p, Some(&base));
+            let c = self::check(check, &p, Some(&base));
             assert!(c.pass, "{check}: {}", c.message);
         }
     }
@@ -309,7 +309,7 @@ mod tests {
             Check::Chunking,
             Check::Sampling,
         ] {
-            let c = run(check, &p, Some(&base));
+            let c = self::check(check, &p, Some(&base));
             assert!(!c.pass, "{check} missed a planted difference");
         }
     }

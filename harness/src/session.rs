@@ -4,11 +4,11 @@
 
 use crate::engine::Runners;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
-use crate::plan::{
+use crate::runner::Runner;
+use crate::trial_list::{
     check_trial_count, gpu_trials, reference_trials, routing_trials, worker_trial_count,
     worker_trials, BoundsCheck, PathSelection, Trial,
 };
-use crate::runner::Runner;
 use crate::worker::{self, WorkerRunner, WorkerSpec};
 use anyhow::Context;
 use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};

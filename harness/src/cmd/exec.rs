@@ -10,9 +10,9 @@
 use crate::exit::{no_gpu, usage};
 use crate::gpu_exec::{classify, RealFactory};
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
-use crate::plan::BoundsCheck;
 use crate::runner::{RunOutput, RunRequest, Runner, Target};
 use crate::session::ExecutorFactory;
+use crate::trial_list::BoundsCheck;
 use crate::worker::{self, WorkerRunner};
 use relattn_common::files::same_file;
 use relattn_kernels::capability::NvmlSource;

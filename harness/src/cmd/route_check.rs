@@ -4,7 +4,7 @@
 //! it shows. No GPU is needed: the capability is mocked inside the worker.
 
 use crate::exit;
-use crate::plan::routing_shapes;
+use crate::trial_list::routing_shapes;
 use crate::worker::protocol::{RouteAnswer, RouteShape};
 use crate::worker::WorkerRunner;
 use relattn_routing::{decide, lookup, table, Capability, Decision, Shape};

@@ -4,9 +4,9 @@
 use crate::engine::{failure_text, Engine};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
-use crate::plan::{BoundsCheck, PathSelection};
 use crate::progress::{Tally, Ticker};
 use crate::session::{ExecutorFactory, Session, SessionOptions};
+use crate::trial_list::{BoundsCheck, PathSelection};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_matrices::Shard;

@@ -3,7 +3,7 @@
 
 use crate::case_cache::CaseCache;
 use crate::phases::{self, Phase};
-use crate::plan::Trial;
+use crate::trial_list::Trial;
 use relattn_matrices::Case;
 use relattn_reference::{emulate, fast, gen, Problem, RefOutput};
 use std::collections::HashMap;

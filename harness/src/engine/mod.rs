@@ -75,7 +75,7 @@ impl<'s> Engine<'s> {
     /// so after a row (`relattn mutants` stops at the first failure); the rows run.
     pub fn run_in_order<'t>(
         &self,
-        trials: impl IntoIterator<Item = &'t crate::plan::Trial>,
+        trials: impl IntoIterator<Item = &'t crate::trial_list::Trial>,
         store: &CaseStore,
         mut enough: impl FnMut(&Row) -> bool,
     ) -> Vec<Row> {

@@ -4,8 +4,8 @@
 
 use super::cases::CaseData;
 use super::trial::Runners;
-use crate::plan::{Trial, TrialKind};
 use crate::runner::{Kept, RunError, RunOutput, Target};
+use crate::trial_list::{Trial, TrialKind};
 use ndarray::Array3;
 use relattn_matrices::Case;
 use relattn_reference::judge::judge;

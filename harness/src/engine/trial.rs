@@ -4,9 +4,9 @@
 use super::cases::{CaseData, CaseStore};
 use super::row;
 use crate::phases::{self, Phase};
-use crate::plan::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
 use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
+use crate::trial_list::{check_routing_row, check_unknown_capabilities, Trial, TrialKind};
 use relattn_reports::Row;
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,7 +83,7 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
                 Ok(data) => {
                     let ref64 = data.ref64();
                     let c = phases::time(Phase::SelfChecks, || {
-                        selfcheck::run(*check, &data.problem, Some(ref64))
+                        selfcheck::check(*check, &data.problem, Some(ref64))
                     });
                     row::record_self_check(&mut row, c);
                 }

@@ -5,8 +5,8 @@
 use approx::abs_diff_eq;
 use ndarray::Array3;
 use relattn_harness::engine::{failure_text, run_trial, CaseStore, Runners};
-use relattn_harness::plan::{Trial, TrialKind};
 use relattn_harness::runner::{RunError, RunOutput, RunRequest, Runner, Target};
+use relattn_harness::trial_list::{Trial, TrialKind};
 use relattn_matrices::{load_tier, SplitSetting};
 use relattn_reference::{fast, Problem};
 use relattn_reports::{Row, Status};

@@ -4,10 +4,10 @@
 
 #![deny(unsafe_code)]
 
+use super::compile_plan::{CompilePlan, ProgramBuild, Variant};
 use super::error::GpuError;
 use super::ffi;
 use super::mutant::Mutant;
-use super::plan::{CompilePlan, ProgramBuild, Variant};
 use crate::routing::PathId;
 use rayon::prelude::*;
 use serde::Serialize;

@@ -3,11 +3,11 @@
 #![deny(unsafe_code)]
 
 use super::compile::Compiled;
+use super::compile_plan::{check_arch, Variant};
 use super::error::{driver, GpuError};
 use super::ffi;
 use super::launch_lock::{lock_path, LaunchLock};
 use super::launch_plan::{SmLimits, WGMMA_ARCH};
-use super::plan::{check_arch, Variant};
 use super::source::{entry_name, Stage};
 use crate::routing::{Capability, PathId};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, DriverError};

@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 mod compile;
+mod compile_plan;
 mod device;
 mod error;
 mod ffi;
@@ -21,8 +22,7 @@ mod mutant_patches;
 mod params;
 mod paths;
 mod peaks;
-mod plan;
-mod run;
+mod run_path;
 mod source;
 mod upload;
 
@@ -31,6 +31,7 @@ pub use compile::{
     cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, syntax_check, CheckRecord,
     Compiled, CompiledProgram,
 };
+pub use compile_plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
 pub use device::{compile_arch, native_arch, Gpu, Loaded, ARCH_ENV};
 pub use error::GpuError;
 pub use geometry::Geometry;
@@ -50,8 +51,7 @@ pub use peaks::{
     measure_copy, measure_gemm, measure_peaks, CopyPeak, GemmPeak, PeakError, PeakOptions, Peaks,
     Timing,
 };
-pub use plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
-pub use run::{run_path, run_path_timed, GpuRun, Repeats};
+pub use run_path::{run_path, run_path_timed, GpuRun, Repeats};
 pub use source::{
     constants_header, dtype_option, entries, entries_of, entry_name, files, own_file, program_name,
     program_source, Stage, DTYPES, PARAMS, SHARED, SHARED_CONSTANTS,

@@ -1,7 +1,7 @@
 use super::compile_checks::background_pool;
 use super::*;
-use crate::plan::TrialKind;
 use crate::runner::Runner;
+use crate::trial_list::TrialKind;
 use relattn_kernels::capability::{DeviceInfo, MockSource};
 use relattn_routing::Capability;
 use std::sync::atomic::{AtomicUsize, Ordering};

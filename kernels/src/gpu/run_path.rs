@@ -389,19 +389,6 @@ fn add_tensor_maps(params: &mut Params, g: &Geometry, arch: &str) {
     }
 }
 
-impl Gpu {
-    /// `run_path` as a method.
-    pub fn run(
-        &self,
-        loaded: &Loaded,
-        problem: &DeviceProblem,
-        path: PathId,
-        splits: SplitSetting,
-    ) -> Result<GpuRun, GpuError> {
-        run_path(self, loaded, problem, path, splits)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::median;
