@@ -41,32 +41,42 @@ fn not_regular(t: fs::FileType, what: &str) -> io::Error {
 /// A FIFO, device, socket or directory is refused without blocking: the open does not wait for
 /// a FIFO's writer, and the type is checked on the open file, not on the name.
 pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
-    open_checked(path, libc::O_NONBLOCK)
+    open_checked(OpenOptions::new().read(true), path, libc::O_NONBLOCK)
 }
 
 /// Like [`open_regular`], but a symbolic link is refused too (files another process made, such
 /// as a worker's output, are never followed elsewhere).
 pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
-    open_checked(path, libc::O_NONBLOCK | libc::O_NOFOLLOW)
+    open_checked(
+        OpenOptions::new().read(true),
+        path,
+        libc::O_NONBLOCK | libc::O_NOFOLLOW,
+    )
 }
 
-/// Open for reading with `flags`, then refuse what is not a regular file.
-fn open_checked(path: &Path, flags: i32) -> io::Result<(File, u64)> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| {
-            // With O_NOFOLLOW, ELOOP means the path itself is a link.
-            if flags & libc::O_NOFOLLOW != 0 && e.raw_os_error() == Some(libc::ELOOP) {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "it is a symbolic link, not a regular file (links are not followed here)",
-                )
-            } else {
-                e
-            }
-        })?;
+/// Open `path` for reading and writing, creating it when absent (never truncating), with the
+/// checks of [`open_regular_nofollow`]: a link, FIFO, device or directory is refused (a lock
+/// file).
+pub fn open_or_create_regular_nofollow(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    let flags = libc::O_NONBLOCK | libc::O_NOFOLLOW;
+    open_checked(&mut options, path, flags).map(|(file, _)| file)
+}
+
+/// Open with `options` and `flags`, then refuse what is not a regular file.
+fn open_checked(options: &mut OpenOptions, path: &Path, flags: i32) -> io::Result<(File, u64)> {
+    let file = options.custom_flags(flags).open(path).map_err(|e| {
+        // With O_NOFOLLOW, ELOOP means the path itself is a link.
+        if flags & libc::O_NOFOLLOW != 0 && e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "it is a symbolic link, not a regular file (links are not followed here)",
+            )
+        } else {
+            e
+        }
+    })?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(not_regular(meta.file_type(), "it"));

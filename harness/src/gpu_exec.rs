@@ -77,19 +77,19 @@ impl ExecutorFactory for RealFactory {
         }
         // Compile first: a compile failure is reported before any device memory is touched.
         // Both builds at once: every program of both is one parallel batch.
-        let builds: Vec<Result<(bool, Compiled), String>> = bounds
+        let builds: Vec<Result<(Variant, Compiled), String>> = bounds
             .variants()
             .par_iter()
-            .map(|&checked| {
-                let variant = Variant {
-                    bounds_check: checked,
+            .map(|&variant| {
+                let build = Variant {
                     mutant: self.mutant,
+                    ..variant
                 };
-                let plan = CompilePlan::new(&arch, variant, paths).map_err(|e| e.to_string())?;
-                Ok((checked, compile(&plan).map_err(|e| format!("{e}"))?))
+                let plan = CompilePlan::new(&arch, build, paths).map_err(|e| e.to_string())?;
+                Ok((variant, compile(&plan).map_err(|e| format!("{e}"))?))
             })
             .collect();
-        let compiled: HashMap<bool, Compiled> = builds.into_iter().collect::<Result<_, _>>()?;
+        let compiled: HashMap<Variant, Compiled> = builds.into_iter().collect::<Result<_, _>>()?;
         let mut slots = Vec::new();
         for d in devices {
             let gpu = Gpu::open(d.index as usize).map_err(|e| e.to_string())?;
@@ -118,7 +118,7 @@ impl ExecutorFactory for RealFactory {
 struct DeviceSlot {
     gpu: Option<Gpu>,
     /// Loaded modules per bounds-check variant.
-    loaded: HashMap<bool, Loaded>,
+    loaded: HashMap<Variant, Loaded>,
     /// The uploaded case.
     current: Option<(String, DeviceProblem)>,
     /// Why the slot has no device any more.
@@ -143,14 +143,14 @@ impl DeviceSlot {
 
 struct RealExecutor {
     slots: Vec<Mutex<DeviceSlot>>,
-    compiled: HashMap<bool, Compiled>,
+    compiled: HashMap<Variant, Compiled>,
     cuda_version: Option<String>,
     nvrtc: Option<String>,
 }
 
 impl Runner for RealExecutor {
     fn run(&self, slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
-        let &Target::Native { path, bounds_check } = req.target else {
+        let &Target::Native { path, variant } = req.target else {
             return Err(RunError::Other(
                 "the native runner was handed a worker target".into(),
             ));
@@ -160,16 +160,8 @@ impl Runner for RealExecutor {
             .get(slot)
             .ok_or_else(|| RunError::Other(format!("no GPU slot {slot}")))?;
         let mut w = device.lock().unwrap_or_else(|e| e.into_inner());
-        match run_on(&mut w, &self.compiled, req, path, req.split, bounds_check) {
-            Ok(run) => Ok(RunOutput {
-                out: run.out,
-                padding_intact: run.padding_intact,
-                counters_left: run.counters_left,
-                ms: Some(run.ms as f64),
-                ms_all: run.warm_ms.into_iter().map(f64::from).collect(),
-                num_splits: run.num_splits,
-                kernels: run.kernels,
-            }),
+        match run_on(&mut w, &self.compiled, req, path, req.split, variant) {
+            Ok(run) => Ok(RunOutput::from(run)),
             Err(e @ GpuError::Trap { .. }) => {
                 let message = e.to_string();
                 match w.recover(req.case_id) {
@@ -206,11 +198,11 @@ pub fn classify(e: GpuError) -> RunError {
 
 fn run_on(
     w: &mut DeviceSlot,
-    compiled: &HashMap<bool, Compiled>,
+    compiled: &HashMap<Variant, Compiled>,
     req: &RunRequest<'_>,
     path: PathId,
     splits: SplitSetting,
-    bounds_check: bool,
+    variant: Variant,
 ) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
     let gpu = w.gpu.as_ref().ok_or_else(|| {
         let why = w.lost.clone().unwrap_or_else(|| "unknown".into());
@@ -222,12 +214,12 @@ fn run_on(
         w.current = None; // free the previous case first
         w.current = Some((req.case_id.to_string(), gpu.upload(req.problem)?));
     }
-    let loaded = match w.loaded.entry(bounds_check) {
+    let loaded = match w.loaded.entry(variant) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
-            let c = compiled.get(&bounds_check).ok_or_else(|| {
-                GpuError::NoDriver(format!("no build with bounds check {bounds_check}"))
-            })?;
+            let c = compiled
+                .get(&variant)
+                .ok_or_else(|| GpuError::NoDriver(format!("no {} build", variant.label())))?;
             e.insert(gpu.load(c)?)
         }
     };

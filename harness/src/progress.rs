@@ -116,6 +116,16 @@ pub struct Tally {
     pub counts: std::collections::BTreeMap<&'static str, usize>,
     /// When the trials began (the ETA counts from there).
     pub trials_started: Option<Instant>,
+    /// Trials of this process that will run (not ignored when listed): the ETA's work. Ignored
+    /// trials come back as skips at once and would make the rate look faster than it is.
+    pub to_run: usize,
+    /// Rows of this process that are not skips: the work done so far.
+    pub ran: usize,
+}
+
+/// Seconds left when `ran` of `to_run` trials took `elapsed` seconds; None before the first.
+pub fn eta_seconds(elapsed: f64, ran: usize, to_run: usize) -> Option<f64> {
+    (ran > 0).then(|| to_run.saturating_sub(ran) as f64 * elapsed / ran as f64)
 }
 
 impl Tally {
@@ -136,9 +146,8 @@ impl Tally {
             }
         }
         s.push_str(&format!("; {:.0} s elapsed", elapsed.as_secs_f64()));
-        if let (Some(t0), true) = (self.trials_started, self.done > 0) {
-            let per = t0.elapsed().as_secs_f64() / self.done as f64;
-            let left = self.total.saturating_sub(done) as f64 * per;
+        let since = self.trials_started.map(|t0| t0.elapsed().as_secs_f64());
+        if let Some(left) = since.and_then(|e| eta_seconds(e, self.ran, self.to_run)) {
             s.push_str(&format!(", eta {left:.0} s"));
         }
         s
@@ -199,6 +208,8 @@ mod tests {
             done: 50,
             resumed: 50,
             trials_started: Some(Instant::now()),
+            to_run: 120,
+            ran: 20,
             ..Tally::default()
         };
         t.counts.insert("pass", 99);
@@ -218,5 +229,13 @@ mod tests {
             compile.line(Duration::from_secs(3)),
             "relattn run: compile; 3 s elapsed"
         );
+    }
+
+    #[test]
+    fn the_eta_counts_trials_that_run_not_the_skips_that_return_at_once() {
+        // 2 of 4 trials that run took 30 s; the 300 ignored ones came back as instant skips.
+        assert_eq!(eta_seconds(30.0, 2, 4), Some(30.0));
+        assert_eq!(eta_seconds(30.0, 0, 4), None);
+        assert_eq!(eta_seconds(30.0, 4, 4), Some(0.0));
     }
 }

@@ -6,9 +6,10 @@
 //! the message of a run that finds the lock held; the pid is information, never the lock. The
 //! file is removed (while still locked) when the run ends.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use relattn_common::files;
+use std::fs::{self, File, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// File name of the lock inside the report directory.
@@ -29,33 +30,17 @@ const ATTEMPTS: usize = 8;
 /// The lock file, opened without following a link and without waiting on a FIFO; it must be a
 /// regular file.
 fn open(path: &Path) -> Result<File, String> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                format!(
-                    "{} is a symbolic link, not a lock file: remove it",
-                    path.display()
-                )
-            } else {
-                format!("cannot open the lock {}: {e}", path.display())
-            }
-        })?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot open the lock {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!(
-            "{} is not a regular file, so it cannot be this folder's lock: remove it",
-            path.display()
-        ));
-    }
-    Ok(file)
+    files::open_or_create_regular_nofollow(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            // A link, FIFO, device or directory where the lock belongs.
+            format!(
+                "{} cannot be this folder's lock: {e}; remove it",
+                path.display()
+            )
+        } else {
+            format!("cannot open the lock {}: {e}", path.display())
+        }
+    })
 }
 
 /// Whether `file` is still the file at `path` (not removed or replaced since it was opened).

@@ -7,6 +7,7 @@
 
 use crate::exit;
 use ndarray::Array3;
+use relattn_kernels::gpu::{GpuRun, Variant};
 use relattn_matrices::SplitSetting;
 use relattn_reference::Problem;
 use relattn_routing::PathId;
@@ -16,7 +17,7 @@ use std::path::Path;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// One of this project's CUDA paths, with or without the bounds check compiled in.
-    Native { path: PathId, bounds_check: bool },
+    Native { path: PathId, variant: Variant },
     /// Path `path` (the worker's own name for it) of worker number `worker` of the session,
     /// whose `hello` gave the name `name`; `label` is how a command line asks for the worker
     /// (`--impl numpy`, `--worker '...'`).
@@ -78,6 +79,34 @@ pub struct RunOutput {
     pub num_splits: usize,
     /// Kernels launched (native) or a description of what ran (workers).
     pub kernels: Vec<String>,
+}
+
+impl From<GpuRun> for RunOutput {
+    /// A native run as the judge sees it; `unwritten` and its first index are not carried: the
+    /// judge finds unwritten elements again in `out` itself.
+    fn from(run: GpuRun) -> RunOutput {
+        let GpuRun {
+            out,
+            padding_intact,
+            unwritten: _,
+            first_unwritten: _,
+            counters_left,
+            ms,
+            cold_ms: _,
+            warm_ms,
+            num_splits,
+            kernels,
+        } = run;
+        RunOutput {
+            out,
+            padding_intact,
+            counters_left,
+            ms: Some(f64::from(ms)),
+            ms_all: warm_ms.into_iter().map(f64::from).collect(),
+            num_splits,
+            kernels,
+        }
+    }
 }
 
 impl RunOutput {

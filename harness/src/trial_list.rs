@@ -6,6 +6,7 @@ use crate::gpu_status::GpuStatus;
 use crate::runner::Target;
 use crate::selfcheck::Check;
 use crate::worker::protocol::Hello;
+use relattn_kernels::gpu::Variant;
 use relattn_matrices::{Case, SplitSetting};
 use relattn_routing::{table, ArchRow, Capability, PathId};
 use std::str::FromStr;
@@ -80,11 +81,12 @@ impl BoundsCheck {
         }
     }
 
-    pub fn variants(self) -> &'static [bool] {
+    /// The builds a run of this setting compiles and runs each native trial on.
+    pub fn variants(self) -> &'static [Variant] {
         match self {
-            BoundsCheck::Off => &[false],
-            BoundsCheck::On => &[true],
-            BoundsCheck::Both => &[false, true],
+            BoundsCheck::Off => &[Variant::PLAIN],
+            BoundsCheck::On => &[Variant::CHECKED],
+            BoundsCheck::Both => &[Variant::PLAIN, Variant::CHECKED],
         }
     }
 }
@@ -197,8 +199,8 @@ pub fn gpu_trials(
             if !paths.includes(path, routed) {
                 continue;
             }
-            for &checked in bounds.variants() {
-                let name = if checked {
+            for &variant in bounds.variants() {
+                let name = if variant.bounds_check {
                     plan.name.replacen("gpu::", "gpu_checked::", 1)
                 } else {
                     plan.name.clone()
@@ -208,10 +210,7 @@ pub fn gpu_trials(
                     name,
                     kind: TrialKind::Gpu {
                         case: case.clone(),
-                        target: Target::Native {
-                            path,
-                            bounds_check: checked,
-                        },
+                        target: Target::Native { path, variant },
                         split: plan.split,
                     },
                     ignore,

@@ -172,7 +172,7 @@ fn native(
         .unwrap_or_default();
     let target = Target::Native {
         path,
-        bounds_check: args.bounds_check,
+        variant: bounds.variants()[0],
     };
     Ok((runner, target, what))
 }

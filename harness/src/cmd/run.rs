@@ -322,6 +322,11 @@ pub fn run_with(
         t.phase = "trials";
         t.total = session.trials.len();
         t.resumed = done.len();
+        t.to_run = session
+            .trials
+            .iter()
+            .filter(|x| x.ignore.is_none() && !done.contains(&x.name))
+            .count();
         for r in writer.rows() {
             *t.counts.entry(r.status.as_str()).or_default() += 1;
         }

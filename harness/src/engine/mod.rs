@@ -64,6 +64,9 @@ impl<'s> Engine<'s> {
             if let Some(tally) = &self.tally {
                 let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
                 t.done += 1;
+                if row.status != relattn_reports::Status::Skip {
+                    t.ran += 1;
+                }
                 *t.counts.entry(row.status.as_str()).or_default() += 1;
             }
             on_row(row);

@@ -195,9 +195,9 @@ pub(super) fn record_run(
         .insert("num_splits_run".into(), run.num_splits.to_string());
     row.params
         .insert("out_hash".into(), format!("{:016x}", output_hash(&run.out)));
-    if let Target::Native { bounds_check, .. } = target {
+    if let Target::Native { variant, .. } = target {
         row.params
-            .insert("bounds_check".into(), bounds_check.to_string());
+            .insert("bounds_check".into(), variant.bounds_check.to_string());
     }
 }
 

@@ -7,6 +7,7 @@ use ndarray::Array3;
 use relattn_harness::engine::{failure_text, run_trial, CaseStore, Runners};
 use relattn_harness::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_harness::trial_list::{Trial, TrialKind};
+use relattn_kernels::gpu::Variant;
 use relattn_matrices::{load_tier, SplitSetting};
 use relattn_reference::{fast, Problem};
 use relattn_reports::{Row, Status};
@@ -71,7 +72,7 @@ fn trial_of(mix: &str) -> Trial {
             case: Arc::new(case),
             target: Target::Native {
                 path: PathId::Fallback,
-                bounds_check: false,
+                variant: Variant::PLAIN,
             },
             split: SplitSetting::Policy,
         },
