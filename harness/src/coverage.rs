@@ -12,7 +12,6 @@ use relattn_reference::{DType, Inputs};
 use relattn_routing::PathId;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 /// The dtypes the GPU paths are built for.
 pub use relattn_kernels::gpu::DTYPES;
@@ -270,31 +269,34 @@ impl Coverage {
         out
     }
 
+    /// One table per path: a row per feature the path can use, a column per kernel entry and
+    /// dtype (`-`: that entry cannot use the feature).
     pub fn table(&self) -> String {
-        let feats = Feature::all();
         let mut out = String::new();
-        let _ = write!(out, "{:<30}", "path/entry/dtype");
-        for f in &feats {
-            let _ = write!(out, " {:>w$}", f.name(), w = f.name().len().max(3));
-        }
-        out.push('\n');
-        for e in entries() {
-            let label = format!(
-                "{}/{}/{}",
-                e.path.as_str(),
-                e.stage.as_str(),
-                e.dtype.name()
-            );
-            let _ = write!(out, "{label:<30}");
-            for &f in &feats {
-                let w = f.name().len().max(3);
-                let cell = if f.applies(e.path, e.stage) {
-                    self.count(e, f).to_string()
-                } else {
-                    "-".into()
-                };
-                let _ = write!(out, " {cell:>w$}");
+        for path in PathId::ALL {
+            let cols: Vec<Entry> = entries().into_iter().filter(|e| e.path == path).collect();
+            let names: Vec<String> = cols
+                .iter()
+                .map(|e| format!("{} {}", e.stage.as_str(), e.dtype.name()))
+                .collect();
+            let mut header = vec![path.as_str()];
+            header.extend(names.iter().map(String::as_str));
+            let mut t = crate::table::new(&header, &(1..header.len()).collect::<Vec<_>>());
+            for f in Feature::all() {
+                if !cols.iter().any(|e| f.applies(e.path, e.stage)) {
+                    continue;
+                }
+                let mut row = vec![f.name()];
+                row.extend(cols.iter().map(|&e| {
+                    if f.applies(e.path, e.stage) {
+                        self.count(e, f).to_string()
+                    } else {
+                        "-".into()
+                    }
+                }));
+                t.add_row(row);
             }
+            out.push_str(&crate::table::text(&t));
             out.push('\n');
         }
         out

@@ -20,5 +20,6 @@ pub mod run_lock;
 pub mod runner;
 pub mod selfcheck;
 pub mod session;
+pub mod table;
 pub mod trial_list;
 pub mod worker;

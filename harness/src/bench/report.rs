@@ -231,10 +231,10 @@ pub fn roofline_svg(r: &BenchReport) -> Result<String, String> {
     relattn_reports::roofline(&title, &points, peaks)
 }
 
-fn opt(x: Option<f64>, width: usize, decimals: usize) -> String {
+fn opt(x: Option<f64>, decimals: usize) -> String {
     match x {
-        Some(v) => format!("{v:>width$.decimals$}"),
-        None => format!("{:>width$}", "-"),
+        Some(v) => format!("{v:.decimals$}"),
+        None => "-".into(),
     }
 }
 
@@ -271,56 +271,77 @@ pub fn format_header(r: &BenchReport) -> String {
     s
 }
 
-/// The column header of the table.
-pub fn format_columns() -> String {
-    format!(
-        "{:<16} {:<22} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>6} {:>8} {:>6} {:>9} {:>8}",
-        "shape",
-        "path",
-        "splits",
-        "sets",
-        "median ms",
-        "min ms",
-        "max ms",
-        "TFLOP/s",
-        "%peak",
-        "GB/s",
-        "%peak",
-        "floor ms",
-        "x native"
-    )
+/// The table's columns; the ones after `path` are numbers.
+const COLUMNS: [&str; 14] = [
+    "shape",
+    "path",
+    "splits",
+    "sets",
+    "median ms",
+    "min ms",
+    "max ms",
+    "TFLOP/s",
+    "%peak",
+    "GB/s",
+    "%peak",
+    "floor ms",
+    "x native",
+    "status",
+];
+
+/// A row's cells, in `COLUMNS` order (`-` where there is no figure).
+fn cells(row: &BenchRow) -> Vec<String> {
+    let t = row.timing.as_ref();
+    let ms = |f: fn(&Timing) -> f64| t.map_or("-".into(), |t| format!("{:.3}", f(t)));
+    let status = match (&row.timing, row.status) {
+        (Some(_), RowStatus::Ok) if row.message.is_empty() => String::new(),
+        (Some(_), RowStatus::Ok) => format!("note: {}", row.message),
+        (Some(_), _) => format!("INVALID: {}", row.message),
+        (None, RowStatus::Unsupported) => format!("unsupported: {}", row.message),
+        (None, RowStatus::Skipped) => format!("skipped: {}", row.message),
+        (None, _) => format!("ERROR: {}", row.message),
+    };
+    vec![
+        row.shape.clone(),
+        row.path.clone(),
+        row.num_splits.map_or("-".to_string(), |n| n.to_string()),
+        row.input_sets.to_string(),
+        ms(|t| t.median_ms),
+        ms(|t| t.min_ms),
+        ms(|t| t.max_ms),
+        opt(row.tflops, 1),
+        opt(row.tflops_pct_peak, 1),
+        opt(row.gbps, 0),
+        opt(row.gbps_pct_peak, 1),
+        opt(row.floor_ms, 3),
+        opt(row.vs_native, 2),
+        status,
+    ]
 }
 
-/// One table line.
-pub fn format_row(row: &BenchRow) -> String {
-    let head = format!("{:<16} {:<22}", row.shape, row.path);
-    match (&row.timing, row.status) {
-        (Some(t), status) => {
-            let mut line = format!(
-                "{head} {:>6} {:>4} {:>10.3} {:>10.3} {:>10.3} {} {} {} {} {} {}",
-                row.num_splits.map_or("-".to_string(), |n| n.to_string()),
-                row.input_sets,
-                t.median_ms,
-                t.min_ms,
-                t.max_ms,
-                opt(row.tflops, 8, 1),
-                opt(row.tflops_pct_peak, 6, 1),
-                opt(row.gbps, 8, 0),
-                opt(row.gbps_pct_peak, 6, 1),
-                opt(row.floor_ms, 9, 3),
-                opt(row.vs_native, 8, 2),
-            );
-            if status != RowStatus::Ok {
-                let _ = write!(line, "  INVALID: {}", row.message);
-            } else if !row.message.is_empty() {
-                let _ = write!(line, "  note: {}", row.message);
-            }
-            line
-        }
-        (None, RowStatus::Unsupported) => format!("{head} unsupported: {}", row.message),
-        (None, RowStatus::Skipped) => format!("{head} skipped: {}", row.message),
-        (None, _) => format!("{head} ERROR: {}", row.message),
+/// The table of every row.
+pub fn format_table(rows: &[BenchRow]) -> String {
+    let mut t = crate::table::new(&COLUMNS, &(2..COLUMNS.len() - 1).collect::<Vec<_>>());
+    for row in rows {
+        t.add_row(cells(row));
     }
+    crate::table::text(&t)
+}
+
+/// One row as a progress line, printed as soon as it is measured: `column value` pairs.
+pub fn format_row(row: &BenchRow) -> String {
+    let c = cells(row);
+    let mut line = format!("{} {}:", c[0], c[1]);
+    for (name, value) in COLUMNS.iter().zip(&c).skip(2).take(COLUMNS.len() - 3) {
+        if value != "-" {
+            let _ = write!(line, " {name} {value};");
+        }
+    }
+    line.pop();
+    if !c[COLUMNS.len() - 1].is_empty() {
+        let _ = write!(line, " ({})", c[COLUMNS.len() - 1]);
+    }
+    line
 }
 
 /// The fastest path per shape, with where it stands against the floor.
@@ -335,10 +356,10 @@ pub fn format_fastest(r: &BenchReport) -> String {
             row.shape,
             row.path,
             ms,
-            opt(row.tflops, 1, 1),
-            opt(row.tflops_pct_peak, 1, 1),
-            opt(row.gbps, 1, 0),
-            opt(row.gbps_pct_peak, 1, 1),
+            opt(row.tflops, 1),
+            opt(row.tflops_pct_peak, 1),
+            opt(row.gbps, 0),
+            opt(row.gbps_pct_peak, 1),
         );
         if let (Some(floor), Some(bound)) = (row.floor_ms, &row.bound) {
             let _ = write!(
@@ -355,12 +376,7 @@ pub fn format_fastest(r: &BenchReport) -> String {
 /// Header, table and fastest paths.
 pub fn format_report(r: &BenchReport) -> String {
     let mut s = format_header(r);
-    s.push_str(&format_columns());
-    s.push('\n');
-    for row in &r.rows {
-        s.push_str(&format_row(row));
-        s.push('\n');
-    }
+    s.push_str(&format_table(&r.rows));
     s.push_str(&format_fastest(r));
     s
 }

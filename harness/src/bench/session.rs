@@ -4,9 +4,7 @@
 //! JSON file is rewritten after every shape, so a run cut short keeps what it measured.
 
 use super::measure::{bench_shape, TimingOptions};
-use super::report::{
-    fill_vs_native, format_columns, format_header, format_row, BenchReport, BenchRow,
-};
+use super::report::{fill_vs_native, format_header, format_row, BenchReport, BenchRow};
 use super::report::{DeviceSummary, RowStatus};
 use super::shapes::{spec, Figures};
 use super::workers::time_workers;
@@ -101,7 +99,6 @@ pub fn run_on_gpu(
         rows: Vec::new(),
     };
     eprint!("{}", format_header(&report));
-    eprintln!("{}", format_columns());
     let timing = TimingOptions {
         warmup: opts.warmup,
         reps: opts.reps,

@@ -100,21 +100,21 @@ fn usage(err: relattn_matrices::MatrixError) -> anyhow::Error {
 }
 
 fn list() -> Result<String> {
-    let mut out = String::new();
-    let _ = write!(out, "{:<12} {:>7}", "tier", "cases");
-    for path in PathId::ALL {
-        let _ = write!(out, " {:>13}", path.as_str());
-    }
-    let _ = writeln!(out, " {:>8}", "skipped");
+    let mut header = vec!["tier", "cases"];
+    header.extend(PathId::ALL.iter().map(|p| p.as_str()));
+    header.push("skipped");
+    let mut table = crate::table::new(&header, &(1..header.len()).collect::<Vec<_>>());
     for tier in TIERS {
         let x = load_tier(tier).and_then(|m| m.expand()).map_err(usage)?;
         let per_path = x.trials_per_path();
-        let _ = write!(out, "{tier:<12} {:>7}", x.cases.len());
+        let mut row = vec![tier.to_string(), x.cases.len().to_string()];
         for path in PathId::ALL {
-            let _ = write!(out, " {:>13}", per_path.get(&path).copied().unwrap_or(0));
+            row.push(per_path.get(&path).copied().unwrap_or(0).to_string());
         }
-        let _ = writeln!(out, " {:>8}", x.skipped.len());
+        row.push(x.skipped.len().to_string());
+        table.add_row(row);
     }
+    let mut out = crate::table::text(&table);
     let _ = writeln!(
         out,
         "(per path: runnable trials, one per case and split setting)"

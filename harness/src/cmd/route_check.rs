@@ -177,30 +177,32 @@ pub fn render(worker: &WorkerRunner, tallies: &[(Capability, Tally)]) -> String 
         worker.hello.version,
         tallies.first().map_or(0, |(_, t)| t.shapes)
     );
-    s.push_str(&format!(
-        "{:<6} {:>7} {:>7} {:>9}  classes\n",
-        "SM", "shapes", "agree", "disagree"
-    ));
+    let mut table = crate::table::new(
+        &["SM", "shapes", "agree", "disagree", "classes"],
+        &[1, 2, 3],
+    );
     for (cc, t) in tallies {
         let classes: Vec<String> = t
             .classes
             .iter()
             .map(|(c, n)| format!("{}: {n}", c.text()))
             .collect();
-        s.push_str(&format!(
-            "{:<6} {:>7} {:>7} {:>9}  {}\n",
+        table.add_row(vec![
             cc.to_string(),
-            t.shapes,
-            t.agree,
-            t.disagree,
+            t.shapes.to_string(),
+            t.agree.to_string(),
+            t.disagree.to_string(),
             if classes.is_empty() {
                 "-".to_string()
             } else {
                 classes.join("; ")
-            }
-        ));
+            },
+        ]);
+    }
+    s.push_str(&crate::table::text(&table));
+    for (cc, t) in tallies {
         if let Some(e) = &t.example {
-            s.push_str(&format!("       e.g. {e}\n"));
+            s.push_str(&format!("SM {cc}, e.g. {e}\n"));
         }
     }
     s

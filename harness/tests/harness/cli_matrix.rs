@@ -11,9 +11,9 @@ fn list_prints_the_four_tiers_with_counts() {
     for tier in ["smoke", "ci", "nightly", "regressions"] {
         let line = stdout
             .lines()
-            .find(|l| l.starts_with(tier))
+            .find(|l| l.starts_with(&format!("| {tier} ")))
             .unwrap_or_else(|| panic!("{stdout}"));
-        let cases: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let cases: usize = line.split('|').nth(2).unwrap().trim().parse().unwrap();
         assert!(cases > 0, "{line}");
     }
     for path in ["sheared_bias", "score_mod", "fallback", "skipped"] {
@@ -84,12 +84,17 @@ fn ci_reaches_every_supported_entry_and_feature() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(!stdout.contains("no case:"), "{stdout}");
-    for label in [
-        "fallback/decode/fp16",
-        "score_mod/windowed/bf16",
-        "sheared_bias/combine/fp16",
+    // A table per path, a column per entry and dtype.
+    for (path, column) in [
+        ("fallback", "decode fp16"),
+        ("score_mod", "windowed bf16"),
+        ("sheared_bias", "combine fp16"),
     ] {
-        assert!(stdout.contains(label), "{stdout}");
+        let header = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {path} ")))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(header.contains(&format!("| {column} |")), "{stdout}");
     }
     // The JSON has a row per entry and no gaps.
     let out = relattn(&["matrix", "--coverage", "ci", "--json"]);
