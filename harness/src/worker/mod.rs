@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// The workers under `adapters/`: `--impl NAME` runs `adapters/NAME_worker.py` (a test holds
 /// this list to the folder's files).
-pub const IMPLS: [&str; 5] = ["numpy", "vllm", "fa4", "flex", "faulty"];
+pub const IMPLS: [&str; 6] = ["numpy", "vllm", "triton", "fa4", "flex", "faulty"];
 
 /// The help of an `--impl` flag: `what`, then the shipped workers, from [`IMPLS`].
 pub fn impl_help(what: &str) -> String {
@@ -190,14 +190,14 @@ mod tests {
         assert_eq!(impls, shipped);
         assert_eq!(
             impl_help("Run"),
-            "Run: numpy, vllm, fa4, flex, faulty (adapters/NAME_worker.py)"
+            "Run: numpy, vllm, triton, fa4, flex, faulty (adapters/NAME_worker.py)"
         );
     }
 
     #[test]
     fn unknown_impls_list_the_known_ones() {
         let e = WorkerSpec::from_impl("cudnn").unwrap_err();
-        assert!(e.contains("numpy, vllm, fa4, flex, faulty"), "{e}");
+        assert!(e.contains("numpy, vllm, triton, fa4, flex, faulty"), "{e}");
     }
 
     #[test]

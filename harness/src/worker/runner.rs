@@ -3,7 +3,7 @@
 //! `MAX_DEATHS` deaths in a row.
 
 use super::process::{Death, Process};
-use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
+use super::protocol::{self, Hello, Route, RouteShape, RunAnswer};
 use super::WorkerSpec;
 use crate::runner::{Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use relattn_common::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
@@ -102,7 +102,7 @@ impl WorkerRunner {
     }
 
     /// The worker's routing decision for `shape` on capability `cc`.
-    pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<RouteAnswer, String> {
+    pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<Route, String> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.route_id += 1;
         let id = st.route_id;
@@ -385,6 +385,7 @@ impl Drop for WorkerRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::protocol::RouteAnswer;
 
     #[test]
     fn folder_bytes_counts_what_the_folder_already_holds() {
@@ -450,10 +451,11 @@ for line in sys.stdin:
         let w = route_worker(2, true);
         for batch in 1..=20 {
             assert_eq!(
-                w.route("9.0", &shape(batch)).unwrap(),
+                w.route("9.0", &shape(batch)).unwrap().answer,
                 RouteAnswer::Routed {
                     path: "score_mod".into(),
-                    num_splits: Some(batch)
+                    num_splits: Some(batch),
+                    decode_splits: None,
                 }
             );
         }
