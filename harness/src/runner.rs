@@ -78,6 +78,9 @@ pub struct RunOutput {
     pub num_splits: usize,
     /// Kernels launched (native) or a description of what ran (workers).
     pub kernels: Vec<String>,
+    /// The run was under a sanitizer (`--sanitize`): the tool, and its failure message when it
+    /// reported errors while the run went on.
+    pub sanitizer: Option<crate::sanitize::Checked>,
 }
 
 impl RunOutput {

@@ -32,6 +32,8 @@ pub struct WorkerSpec {
     pub command: Vec<String>,
     /// `--impl numpy` or `--worker '<command>'`: what reproduces it on a command line.
     pub label: String,
+    /// `--sanitize`: every process of the worker runs under this sanitizer.
+    pub sanitizer: Option<crate::sanitize::Sanitizer>,
 }
 
 impl WorkerSpec {
@@ -48,6 +50,7 @@ impl WorkerSpec {
                 "--worker {}",
                 shlex::try_quote(line).unwrap_or_else(|_| line.into())
             ),
+            sanitizer: None,
         })
     }
 
@@ -76,6 +79,7 @@ impl WorkerSpec {
         Ok(WorkerSpec {
             command: vec![python, script.to_string_lossy().into_owned()],
             label: format!("--impl {name}"),
+            sanitizer: None,
         })
     }
 }
@@ -145,6 +149,20 @@ pub fn start_all(
         out.push(std::sync::Arc::new(w));
     }
     Ok(out)
+}
+
+/// The specs with every worker under `sanitizer` (`--sanitize`), when there is one.
+pub fn sanitized(
+    specs: Vec<WorkerSpec>,
+    sanitizer: Option<&crate::sanitize::Sanitizer>,
+) -> Vec<WorkerSpec> {
+    specs
+        .into_iter()
+        .map(|s| WorkerSpec {
+            sanitizer: sanitizer.cloned(),
+            ..s
+        })
+        .collect()
 }
 
 /// `--worker-timeout-s`, checked.
