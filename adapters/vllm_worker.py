@@ -194,8 +194,10 @@ def _bare_package(name, path):
     return module
 
 
-def stand_in_modules(root, platform):
-    """{module name: stand-in} for loading the op from `root` (the folder holding vllm/)."""
+def stand_in_modules(root, platform, bare_packages=BARE_PACKAGES):
+    """{module name: stand-in} for loading an op from `root` (the folder holding vllm/):
+    `bare_packages` registered without their __init__, the vLLM modules the ops import as
+    stand-ins."""
     import dataclasses
 
     @dataclasses.dataclass(frozen=True)
@@ -213,7 +215,7 @@ def stand_in_modules(root, platform):
         raise NotImplementedError("kv_cache_dtype_str_to_dtype is a relattn stand-in")
 
     modules = {name: _bare_package(name, os.path.join(root, *name.split(".")))
-               for name in BARE_PACKAGES}
+               for name in bare_packages}
     modules.update({
         "vllm.platforms": _stand_in_module(
             "vllm.platforms", current_platform=platform, DeviceCapability=DeviceCapability),
@@ -256,23 +258,44 @@ def _forget_vllm():
         del sys.modules[name]
 
 
-def load_from_root(root):
-    """Import the op module from `root`/vllm/... with the stand-ins; returns the module."""
+class OpSource(typing.NamedTuple):
+    """Which op module a worker loads: its module name, its file under the root, the packages
+    registered bare above it, and `extra(root, torch_is_real)`, more stand-ins (or None)."""
+    module: str
+    file: str
+    bare_packages: tuple
+    extra: typing.Any = None
+
+
+NVIDIA_OP = OpSource(OP_MODULE, OP_FILE, BARE_PACKAGES)
+
+
+def stand_in_torch():
+    """What the ops need of torch to be imported without it (routing needs no torch): names in
+    annotations, and `torch.no_grad()` as a decorator."""
+    return _stand_in_module("torch", Tensor=object, dtype=object,
+                            no_grad=lambda: (lambda function: function))
+
+
+def load_from_root(root, source=NVIDIA_OP):
+    """Import `source`'s op module from `root`/vllm/... with the stand-ins; returns the module."""
     root = os.path.abspath(root)
-    if not os.path.isfile(os.path.join(root, OP_FILE)):
-        raise ImportError(f"{os.path.join(root, OP_FILE)} does not exist: RELATTN_VLLM_ROOT must "
+    if not os.path.isfile(os.path.join(root, source.file)):
+        raise ImportError(f"{os.path.join(root, source.file)} does not exist: RELATTN_VLLM_ROOT must "
                           "be the folder holding an unpacked vLLM wheel's vllm/ (adapters/fetch_vllm.sh makes one)")
     _forget_vllm()
-    sys.modules.update(stand_in_modules(root, StandInPlatform()))
-    stand_in_torch = None
-    if not _torch_available():
-        # Routing needs no torch: the module only names it in annotations and in kernel().
-        stand_in_torch = _stand_in_module("torch", Tensor=object, dtype=object)
-        sys.modules["torch"] = stand_in_torch
+    torch_is_real = _torch_available()
+    sys.modules.update(stand_in_modules(root, StandInPlatform(), source.bare_packages))
+    if source.extra is not None:
+        sys.modules.update(source.extra(root, torch_is_real))
+    fake_torch = None
+    if not torch_is_real:
+        fake_torch = stand_in_torch()
+        sys.modules["torch"] = fake_torch
     try:
-        return importlib.import_module(OP_MODULE)
+        return importlib.import_module(source.module)
     finally:
-        if stand_in_torch is not None and sys.modules.get("torch") is stand_in_torch:
+        if fake_torch is not None and sys.modules.get("torch") is fake_torch:
             del sys.modules["torch"]
 
 
@@ -299,15 +322,16 @@ class OpModule:
         self.module, self.how, self.version, self.error = module, how, version, error
 
 
-def load_op(root=None):
-    """Load the op: from `root` (or RELATTN_VLLM_ROOT) with stand-ins, else the installed vLLM."""
+def load_op(root=None, source=NVIDIA_OP):
+    """Load `source`'s op: from `root` (or RELATTN_VLLM_ROOT) with stand-ins, else the installed
+    vLLM."""
     root = root or os.environ.get("RELATTN_VLLM_ROOT")
     if root:
         try:
-            return OpModule(load_from_root(root), f"unpacked wheel at {os.path.abspath(root)}, stand-ins",
-                            root_version(root))
+            return OpModule(load_from_root(root, source),
+                            f"unpacked wheel at {os.path.abspath(root)}, stand-ins", root_version(root))
         except Exception as e:
-            return OpModule(error=f"cannot load {OP_MODULE} from {root}: {type(e).__name__}: {e}")
+            return OpModule(error=f"cannot load {source.module} from {root}: {type(e).__name__}: {e}")
     try:
         spec = importlib.util.find_spec("vllm")
     except Exception as e:
@@ -325,15 +349,15 @@ def load_op(root=None):
     except Exception:
         version = root_version(installed_root)
     try:
-        return OpModule(importlib.import_module(OP_MODULE), "installed vLLM", version)
+        return OpModule(importlib.import_module(source.module), "installed vLLM", version)
     except Exception as first:
-        log(f"vllm_worker: importing the installed vLLM's op failed ({type(first).__name__}: {first}); "
+        log(f"importing the installed vLLM's {source.module} failed ({type(first).__name__}: {first}); "
             "retrying from its files with stand-ins")
         try:
-            return OpModule(load_from_root(installed_root),
+            return OpModule(load_from_root(installed_root, source),
                             f"installed vLLM files at {installed_root}, stand-ins", version)
         except Exception as e:
-            return OpModule(error=f"cannot import {OP_MODULE}: {type(first).__name__}: {first}; "
+            return OpModule(error=f"cannot import {source.module}: {type(first).__name__}: {first}; "
                             f"with stand-ins: {type(e).__name__}: {e}")
 
 

@@ -37,6 +37,19 @@ def spec_num_splits(split_kv, is_local, batch, max_query_len, heads, kv_heads, m
     return max(1, min(target // base_ctas, max_split, -(-max_kv_len // 128)))
 
 
+def spec_decode_splits(shape):
+    """SPEC 4.3 on the fallback path: the split-KV decode's split count, 1 when it does not run."""
+    mql, mkv = bucket_max_seqlen_q(shape["max_query_len"]), shape["max_kv_len"]
+    page, wl = shape.get("page_size", 16), shape.get("window_left", -1)
+    if mql != 1:
+        return 1
+    if not (mkv >= 8192 or page >= 64 or (wl >= 0 and page >= 32)):
+        return 1
+    if wl >= 0:
+        return min(4, max(1, -(-min(mkv, wl + 1) // 128)))
+    return min(32, max(1, -(-max(1, mkv) // 2048)))
+
+
 def spec_route(cc, shape):
     """The answer relattn's model gives, in the protocol's route-answer form."""
     path, split_kv = ROUTES.get(cc, (None, False))

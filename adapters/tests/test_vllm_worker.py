@@ -133,8 +133,9 @@ class VllmRouting(unittest.TestCase):
             self.assertEqual((hello["name"], hello["paths"], hello["split_paths"]),
                              ("vllm", ["vllm_op", "vllm_op_sheared", "vllm_op_splits"], ["vllm_op_splits"]))
             self.assertIn("0.33.0", hello["version"])
-            answer = w.ask({"op": "route", "cc": "10.3", "shape": SHAPE})
-            self.assertEqual(answer, {"ok": True, "path": "sheared_bias", "rejected": False,
+            # The answer echoes the request's id (the protocol's rule).
+            answer = w.ask({"op": "route", "id": 5, "cc": "10.3", "shape": SHAPE})
+            self.assertEqual(answer, {"ok": True, "id": 5, "path": "sheared_bias", "rejected": False,
                                       "reason": None, "num_splits": 128})
             self.assertEqual(w.ask({"op": "route", "cc": "x", "shape": SHAPE})["status"], "error")
         finally:

@@ -106,6 +106,8 @@ impl ExecutorFactory for RealFactory {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
         Ok(Box::new(RealExecutor {
             slots,
+            sanitizer: crate::sanitize::child_log()
+                .map(|(log, tool)| (Mutex::new(crate::sanitize::LogWatch::new(log)), tool)),
             compiled,
             cuda_version: driver,
             nvrtc: nvrtc_version().ok().map(|(a, b)| format!("{a}.{b}")),
@@ -143,6 +145,9 @@ impl DeviceSlot {
 
 struct RealExecutor {
     slots: Vec<Mutex<DeviceSlot>>,
+    /// In a process `--sanitize` started under the sanitizer: its log, read after each trial,
+    /// and the tool's name. One device slot runs then, one trial at a time.
+    sanitizer: Option<(Mutex<crate::sanitize::LogWatch>, String)>,
     compiled: HashMap<Variant, Compiled>,
     cuda_version: Option<String>,
     nvrtc: Option<String>,
@@ -160,8 +165,43 @@ impl Runner for RealExecutor {
             .get(slot)
             .ok_or_else(|| RunError::Other(format!("no GPU slot {slot}")))?;
         let mut w = device.lock().unwrap_or_else(|e| e.into_inner());
-        match run_on(&mut w, &self.compiled, req, path, req.split, variant) {
-            Ok(run) => Ok(RunOutput::from(run)),
+        // Sanitized: one launch (memcheck's time says nothing), then the log of this trial.
+        let repeats = if self.sanitizer.is_some() {
+            Repeats::COLD
+        } else {
+            Repeats::TRIAL
+        };
+        let result = run_on(
+            &mut w,
+            &self.compiled,
+            req,
+            path,
+            req.split,
+            variant,
+            repeats,
+        );
+        let checked = self.sanitizer.as_ref().map(|(watch, tool)| {
+            let mut watch = watch.lock().unwrap_or_else(|e| e.into_inner());
+            crate::sanitize::check(&mut watch, tool)
+        });
+        let (result, checked) = match checked {
+            None => (result, None),
+            Some(Err(why)) => return Err(RunError::Other(why)),
+            Some(Ok(c)) => match (result, c.errors.as_deref()) {
+                (Err(e), Some(errors)) => {
+                    if matches!(e, GpuError::Trap { .. }) {
+                        let _ = w.recover(req.case_id);
+                    }
+                    return Err(RunError::Fault(format!("{errors}; the run: {e}")));
+                }
+                (result, _) => (result, Some(c)),
+            },
+        };
+        match result {
+            Ok(run) => Ok(RunOutput {
+                sanitizer: checked,
+                ..RunOutput::from(run)
+            }),
             Err(e @ GpuError::Trap { .. }) => {
                 let message = e.to_string();
                 match w.recover(req.case_id) {
@@ -203,6 +243,7 @@ fn run_on(
     path: PathId,
     splits: SplitSetting,
     variant: Variant,
+    repeats: Repeats,
 ) -> Result<relattn_kernels::gpu::GpuRun, GpuError> {
     let gpu = w.gpu.as_ref().ok_or_else(|| {
         let why = w.lost.clone().unwrap_or_else(|| "unknown".into());
@@ -224,5 +265,5 @@ fn run_on(
         }
     };
     let (_, dp) = w.current.as_ref().expect("uploaded above");
-    run_path_timed(gpu, loaded, dp, path, splits, Repeats::TRIAL)
+    run_path_timed(gpu, loaded, dp, path, splits, repeats)
 }

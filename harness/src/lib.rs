@@ -18,6 +18,7 @@ pub mod progress;
 pub mod provenance;
 pub mod run_lock;
 pub mod runner;
+pub mod sanitize;
 pub mod selfcheck;
 pub mod session;
 pub mod table;

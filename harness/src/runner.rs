@@ -79,6 +79,9 @@ pub struct RunOutput {
     pub num_splits: usize,
     /// Kernels launched (native) or a description of what ran (workers).
     pub kernels: Vec<String>,
+    /// The run was under a sanitizer (`--sanitize`): the tool, and its failure message when it
+    /// reported errors while the run went on.
+    pub sanitizer: Option<crate::sanitize::Checked>,
 }
 
 impl From<GpuRun> for RunOutput {
@@ -105,6 +108,7 @@ impl From<GpuRun> for RunOutput {
             ms_all: warm_ms.into_iter().map(f64::from).collect(),
             num_splits,
             kernels,
+            sanitizer: None,
         }
     }
 }

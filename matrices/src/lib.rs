@@ -26,7 +26,7 @@ pub use count::{
 pub use error::MatrixError;
 pub use layer::Layer;
 pub use matrix::{Expansion, Matrix, Skip};
-pub use mixes::{mix, Mix, MixShape, MIXES};
+pub use mixes::{mix, Mix, MixShape, MIXES, REGRESSION_ONLY_MIXES};
 pub use relattn_routing::SplitSetting;
 pub use rules::{Requirement, Rule, Rules};
 pub use shard::{shard, Shard};
@@ -144,6 +144,26 @@ pub const REGRESSION_CLASSES: &[(&str, &str)] = &[
     (
         "window_beyond_int32",
         "a window wider than any int32 position narrowed to 32 bits",
+    ),
+    (
+        "rel_logits_tile_overrun",
+        "rel_logits read past its last row by a tile's padding rows, outside the tensor (5.5; vLLM #49049)",
+    ),
+    (
+        "empty_kv_requests",
+        "output written for seqused_k = 0 requests of a batch (vLLM 0.34.0's Hopper FA4)",
+    ),
+    (
+        "empty_kv_batch",
+        "output written for a batch whose every request has seqused_k = 0 (graph-replay padding)",
+    ),
+    (
+        "paged_cache_past_2_31",
+        "short requests on blocks past 2^31 elements of a large cache (vLLM #50427)",
+    ),
+    (
+        "hopper_split_kv",
+        "split-KV forced on the Hopper path (5.2; vLLM PR #53317 drops SM90's num_splits = 1)",
     ),
 ];
 

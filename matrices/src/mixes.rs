@@ -111,6 +111,16 @@ pub static MIXES: &[Mix] = &[
         build: decode_padding,
     },
     Mix {
+        name: "empty_kv_requests",
+        about: "decodes with seqused_k = 0 requests between them and after them (graph-padded requests), padding rows",
+        build: empty_kv_requests,
+    },
+    Mix {
+        name: "empty_kv_batch",
+        about: "a graph-replay batch of 8 requests, every one with seqused_k = 0: no real row, 8 padding rows",
+        build: empty_kv_batch,
+    },
+    Mix {
         name: "long_decode_128k",
         about: "decodes over 131072 keys, sampled rows",
         build: long_decode_128k,
@@ -142,6 +152,10 @@ pub static MIXES: &[Mix] = &[
         build: mixed_32k,
     },
 ];
+
+/// Mixes that stand for one regression case each and that the `ci` tier does not run (its
+/// coverage test exempts them): their cases exist for the `regressions` tier's bug classes.
+pub const REGRESSION_ONLY_MIXES: &[&str] = &["empty_kv_requests", "empty_kv_batch"];
 
 /// The mix called `name`.
 pub fn mix(name: &str) -> Option<&'static Mix> {
@@ -267,6 +281,25 @@ fn decode_padding(_: Layer) -> MixShape {
     MixShape {
         padding_rows: 3,
         ..shape(&[(1, 900), (1, 3000), (1, 17), (1, 2048), (1, 1)])
+    }
+}
+
+/// A decode batch as a graph replay hands it over: requests with `seqused_k = 0` (so `Lq = 0`:
+/// they have no rows) between real decodes and after them (the requests a batch is padded with),
+/// and padding rows after the last real row. Nothing may be written for the empty requests.
+fn empty_kv_requests(_: Layer) -> MixShape {
+    MixShape {
+        padding_rows: 3,
+        ..shape(&[(1, 700), (0, 0), (1, 3000), (1, 77), (0, 0), (0, 0)])
+    }
+}
+
+/// A batch with no real row at all: 8 requests of `seqused_k = 0` and the 8 padding rows of a
+/// graph replay. The right output is no write: every row is padding and stays as it was.
+fn empty_kv_batch(_: Layer) -> MixShape {
+    MixShape {
+        padding_rows: 8,
+        ..shape(&[(0, 0); 8])
     }
 }
 

@@ -1,7 +1,8 @@
 //! The built-in tiers: sizes, budgets, coverage, and that every case generates.
 
 use relattn_matrices::{
-    load_tier, Case, Expansion, SplitSetting, MIXES, REGRESSION_CLASSES, TIERS,
+    load_tier, Case, Expansion, SplitSetting, MIXES, REGRESSION_CLASSES, REGRESSION_ONLY_MIXES,
+    TIERS,
 };
 use relattn_reference::gen::generate;
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,7 +137,10 @@ fn ci_covers_every_axis_value() {
             assert!(seen[axis].contains(*v), "ci lacks {axis} = {v}");
         }
     }
-    for m in MIXES {
+    for m in MIXES
+        .iter()
+        .filter(|m| !REGRESSION_ONLY_MIXES.contains(&m.name))
+    {
         assert!(seen["mix"].contains(m.name), "ci lacks mix {}", m.name);
     }
     assert!(seen["seed"].len() >= 2, "ci uses one seed");
@@ -196,6 +200,32 @@ fn regressions_have_one_case_per_bug_class() {
         assert_eq!(by_class.get(class), Some(&1), "class {class}");
     }
     assert_eq!(x.cases.len(), REGRESSION_CLASSES.len());
+}
+
+/// A mix the `ci` tier leaves out is a regression case's: it must name a mix and be used by the
+/// `regressions` tier, and by no other built-in tier.
+#[test]
+fn regression_only_mixes_are_the_regression_tiers() {
+    for name in REGRESSION_ONLY_MIXES {
+        assert!(MIXES.iter().any(|m| m.name == *name), "{name} is no mix");
+        for tier in TIERS {
+            let used = expand(tier).cases.iter().any(|c| c.mix == *name);
+            assert_eq!(used, *tier == "regressions", "{name} in tier {tier}");
+        }
+    }
+}
+
+/// docs/operator.md lists every regression class with its SPEC 5 class.
+#[test]
+fn the_operator_page_lists_every_regression_class() {
+    let text = include_str!("../../docs/operator.md");
+    for (class, _) in REGRESSION_CLASSES {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("`{class}`"))),
+            "docs/operator.md does not list {class}"
+        );
+    }
 }
 
 #[test]

@@ -42,6 +42,16 @@ pub fn render(summary: &Summary, rows: &[Row], plots: &[&str]) -> String {
     };
     let _ = writeln!(s, "# relattn report: {}{state}\n", summary.arch);
     let _ = writeln!(s, "- Machine: {}", one_line(&env.machine_line()));
+    if let Some(serde_json::Value::Object(san)) = env.extra.get("sanitize") {
+        let tool = san.get("tool").and_then(|v| v.as_str()).unwrap_or("?");
+        let _ = writeln!(
+            s,
+            "- **Sanitized** (`--sanitize {}`): every GPU trial ran under compute-sanitizer {}; \
+             its times are not comparable with unsanitized runs",
+            one_line(tool),
+            one_line(tool)
+        );
+    }
     let mut run = Vec::new();
     for (label, v) in [
         ("relattn revision", &env.relattn_revision),

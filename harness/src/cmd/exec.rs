@@ -58,9 +58,19 @@ pub struct Args {
     /// Seconds the worker may take to answer before it is killed.
     #[arg(long, default_value_t = worker::DEFAULT_TIMEOUT_S)]
     pub worker_timeout_s: f64,
+    /// Run under NVIDIA's compute-sanitizer with this tool (memcheck): a memory error is a
+    /// failure (exit 1) as an out-of-bounds access. Needs compute-sanitizer on PATH or in
+    /// RELATTN_SANITIZER (else exit 3).
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub sanitize: Option<crate::sanitize::Tool>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // Before any GPU detection: no sanitizer, no run (exit 3).
+    let sanitizer = args
+        .sanitize
+        .map(crate::sanitize::Sanitizer::find)
+        .transpose()?;
     if same_file(&args.input, &args.output) {
         return Err(usage(format!(
             "--output {} is the input file: write the output to another file",
@@ -84,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &args.implementation,
         &args.worker,
     ) {
-        (None, None) => native(&args, &problem, split)?,
+        (None, None) => native(&args, &problem, split, sanitizer.as_ref())?,
         (name, command) => {
             if args.bounds_check {
                 return Err(usage(
@@ -97,6 +107,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 (None, None) => unreachable!("matched above"),
             }
             .map_err(usage)?;
+            let spec = worker::WorkerSpec {
+                sanitizer: sanitizer.clone(),
+                ..spec
+            };
             let timeout = worker::timeout(args.worker_timeout_s).map_err(usage)?;
             let w = WorkerRunner::start(spec, timeout).map_err(usage)?;
             if !w.hello.paths.contains(&args.path) {
@@ -143,6 +157,7 @@ fn native(
     args: &Args,
     problem: &Problem,
     split: SplitSetting,
+    sanitizer: Option<&crate::sanitize::Sanitizer>,
 ) -> anyhow::Result<(Box<dyn Runner>, Target, String)> {
     let path: PathId = args.path.parse().map_err(|e| usage(format!("{e}")))?;
     // Pure planning first: an unsupported combination is a usage error even without a GPU.
@@ -158,6 +173,10 @@ fn native(
             )))
         }
     };
+    // The kernels run in this process: sanitized, it runs again under the sanitizer.
+    if let (Some(s), None) = (sanitizer, crate::sanitize::child_log()) {
+        s.reexec("exec")?;
+    }
     let bounds = if args.bounds_check {
         BoundsCheck::On
     } else {

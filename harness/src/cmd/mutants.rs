@@ -29,9 +29,19 @@ pub struct Args {
     /// in a child process, because a trapped kernel leaves its CUDA context unusable).
     #[arg(long)]
     pub path: Option<String>,
+    /// Run each (defect, path) under NVIDIA's compute-sanitizer with this tool (memcheck), every
+    /// defect built without the bounds check: a defect is caught when memcheck reports a memory
+    /// error in a trial (or the output fails). Needs compute-sanitizer (else exit 3).
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub sanitize: Option<crate::sanitize::Tool>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // Before any GPU detection: no sanitizer, no run (exit 3).
+    let sanitizer = args
+        .sanitize
+        .map(crate::sanitize::Sanitizer::find)
+        .transpose()?;
     let selected: Vec<Mutant> = match &args.only {
         None => Mutant::ALL.to_vec(),
         Some(list) => list
@@ -50,6 +60,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => return run_children(&args, &selected),
     };
+    // One (defect, path) in this process: sanitized, it runs again under the sanitizer.
+    if let (Some(s), None) = (&sanitizer, crate::sanitize::child_log()) {
+        let selection = DeviceSelection::List(vec![args.device]);
+        let status = crate::gpu_status::detect(&NvmlSource::new(), Gpu::available(), &selection);
+        if matches!(status, GpuStatus::Ready { .. }) {
+            s.reexec("mutants")?;
+        }
+    }
     let store = CaseStore::keep_all();
     let mut survived = Vec::new();
     for mutant in selected {
@@ -59,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 gpu_matrix: Some(args.matrix.clone()),
                 selfcheck_matrix: Some("smoke".into()),
                 paths: PathSelection::List(vec![path]),
-                bounds: Some(if mutant.needs_bounds_check() {
+                bounds: Some(if mutant.needs_bounds_check() && sanitizer.is_none() {
                     BoundsCheck::On
                 } else {
                     BoundsCheck::Off
@@ -154,6 +172,11 @@ fn run_children(args: &Args, selected: &[Mutant]) -> anyhow::Result<()> {
                     &args.device.to_string(),
                 ])
                 .args(["--only", mutant.as_str(), "--path", path.as_str()])
+                .args(
+                    args.sanitize
+                        .map(|t| vec!["--sanitize".to_string(), t.as_str().to_string()])
+                        .unwrap_or_default(),
+                )
                 .stderr(std::process::Stdio::inherit())
                 .output()
                 .map_err(|e| exit::usage(format!("running {}: {e}", exe.display())))?;
@@ -198,7 +221,7 @@ fn precompile(args: &Args, selected: &[Mutant]) {
         .iter()
         .filter_map(|&m| {
             let variant = Variant {
-                bounds_check: m.needs_bounds_check(),
+                bounds_check: m.needs_bounds_check() && args.sanitize.is_none(),
                 mutant: Some(m),
             };
             CompilePlan::new(&arch, variant, m.paths()).ok()

@@ -2,10 +2,15 @@
 //! capability of the routing table and every shape of the routing trials, and compare each
 //! answer with relattn's model. Every disagreement is put in the bug classes of SPEC section 5
 //! it shows. No GPU is needed: the capability is mocked inside the worker.
+//!
+//! A worker may answer `unsupported` for a capability it has no route for (the `triton`
+//! worker routes only the SM8x GPUs a pull request moves): those shapes count as unanswered,
+//! neither agreeing nor disagreeing. A route a worker marks `proposed` (an unreleased change) is
+//! checked like any other and shown as proposed.
 
 use crate::exit;
 use crate::trial_list::routing_shapes;
-use crate::worker::protocol::{RouteAnswer, RouteShape};
+use crate::worker::protocol::{Route, RouteAnswer, RouteShape};
 use crate::worker::WorkerRunner;
 use relattn_routing::{decide, lookup, table, Capability, Decision, Shape};
 use serde_json::{json, Value};
@@ -24,6 +29,9 @@ pub enum Class {
     WronglyRejected,
     /// Same path, another split count, on an architecture that has split-KV.
     NumSplitsDiffer,
+    /// The fallback path's split-KV decode: another split count than SPEC 4.3's (1 when the
+    /// decode kernel does not run), as the worker reports it (`decode_splits`).
+    DecodeSplitsDiffer,
 }
 
 impl Class {
@@ -34,6 +42,7 @@ impl Class {
             Class::NotRejected => "unsupported_not_rejected",
             Class::WronglyRejected => "supported_rejected",
             Class::NumSplitsDiffer => "num_splits_differ",
+            Class::DecodeSplitsDiffer => "decode_splits_differ",
         }
     }
 
@@ -46,6 +55,7 @@ impl Class {
             Class::NotRejected => "unsupported architecture not rejected (SPEC 5, class 4)",
             Class::WronglyRejected => "supported architecture rejected",
             Class::NumSplitsDiffer => "num_splits differs from SPEC 4.1",
+            Class::DecodeSplitsDiffer => "split-KV decode differs from SPEC 4.3",
         }
     }
 }
@@ -58,7 +68,14 @@ pub fn classify(cc: Capability, model: &Decision, worker: &RouteAnswer) -> Vec<C
         (_, RouteAnswer::Unsupported(_)) => {}
         (None, RouteAnswer::Rejected(_)) => {}
         (Some(_), RouteAnswer::Rejected(_)) => out.push(Class::WronglyRejected),
-        (model_path, RouteAnswer::Routed { path, num_splits }) => {
+        (
+            model_path,
+            RouteAnswer::Routed {
+                path,
+                num_splits,
+                decode_splits,
+            },
+        ) => {
             let splits = num_splits.unwrap_or(1);
             if splits > 1 && !split_kv {
                 out.push(Class::SplitKvWithoutSupport);
@@ -66,9 +83,15 @@ pub fn classify(cc: Capability, model: &Decision, worker: &RouteAnswer) -> Vec<C
             match model_path {
                 None => out.push(Class::NotRejected),
                 Some(p) if p.as_str() != path => out.push(Class::FamilyMisclassified),
-                Some(_) => {
+                Some(p) => {
                     if split_kv && Some(splits) != model.num_splits {
                         out.push(Class::NumSplitsDiffer);
+                    }
+                    let decode_policy = p == relattn_routing::PathId::Fallback;
+                    if decode_policy
+                        && decode_splits.is_some_and(|d| Some(d) != model.decode_splits)
+                    {
+                        out.push(Class::DecodeSplitsDiffer);
                     }
                 }
             }
@@ -83,6 +106,12 @@ pub struct Tally {
     pub shapes: usize,
     pub agree: usize,
     pub disagree: usize,
+    /// Shapes the worker answered `unsupported` for (it has no route there), and its first
+    /// message.
+    pub unanswered: usize,
+    pub unanswered_why: Option<String>,
+    /// The worker's text for a proposed route, when an answer was marked so.
+    pub proposed: Option<String>,
     pub classes: BTreeMap<Class, usize>,
     /// The first disagreement, as JSON.
     pub example: Option<Value>,
@@ -103,8 +132,13 @@ fn route_shape(s: &Shape) -> RouteShape {
 
 fn answer_json(a: &RouteAnswer) -> Value {
     match a {
-        RouteAnswer::Routed { path, num_splits } => {
-            json!({"path": path, "rejected": false, "num_splits": num_splits})
+        RouteAnswer::Routed {
+            path,
+            num_splits,
+            decode_splits,
+        } => {
+            json!({"path": path, "rejected": false, "num_splits": num_splits,
+                   "decode_splits": decode_splits})
         }
         RouteAnswer::Rejected(r) => json!({"path": null, "rejected": true, "reason": r}),
         RouteAnswer::Unsupported(m) => json!({"unsupported": m}),
@@ -120,18 +154,20 @@ pub fn check(worker: &WorkerRunner) -> anyhow::Result<Vec<(Capability, Tally)>> 
         let mut tally = Tally::default();
         for shape in &shapes {
             let rs = route_shape(shape);
-            let answer = worker
+            let Route { answer, proposed } = worker
                 .route(&cc.to_string(), &rs)
                 .map_err(|e| exit::usage(format!("worker {}: {e}", worker.name())))?;
+            tally.shapes += 1;
             if let RouteAnswer::Unsupported(m) = &answer {
-                return Err(exit::usage(format!(
-                    "worker {} has no routing to check: {m}",
-                    worker.name()
-                )));
+                tally.unanswered += 1;
+                tally.unanswered_why.get_or_insert_with(|| m.clone());
+                continue;
+            }
+            if let Some(p) = proposed {
+                tally.proposed.get_or_insert(p);
             }
             let model = decide(cc, shape);
             let classes = classify(cc, &model, &answer);
-            tally.shapes += 1;
             if classes.is_empty() {
                 tally.agree += 1;
                 continue;
@@ -144,13 +180,23 @@ pub fn check(worker: &WorkerRunner) -> anyhow::Result<Vec<(Capability, Tally)>> 
                 json!({
                     "shape": serde_json::to_value(shape).unwrap_or(Value::Null),
                     "relattn": {"path": model.path.map(|p| p.as_str()), "rejected": model.rejected,
-                                "num_splits": model.num_splits},
+                                "num_splits": model.num_splits, "decode_splits": model.decode_splits},
                     "worker": answer_json(&answer),
                     "classes": classes.iter().map(|c| c.key()).collect::<Vec<_>>(),
                 })
             });
         }
         out.push((cc, tally));
+    }
+    if out.iter().all(|(_, t)| t.unanswered == t.shapes) {
+        let why = out
+            .iter()
+            .find_map(|(_, t)| t.unanswered_why.clone())
+            .unwrap_or_default();
+        return Err(exit::usage(format!(
+            "worker {} has no routing to check: {why}",
+            worker.name()
+        )));
     }
     Ok(out)
 }
@@ -163,6 +209,9 @@ pub fn to_json(worker: &WorkerRunner, tallies: &[(Capability, Tally)]) -> Value 
             "shapes": t.shapes,
             "agree": t.agree,
             "disagree": t.disagree,
+            "unanswered": t.unanswered,
+            "unanswered_reason": t.unanswered_why,
+            "proposed": t.proposed,
             "classes": t.classes.iter().map(|(c, n)| (c.key().to_string(), json!(n)))
                 .collect::<serde_json::Map<_, _>>(),
             "example": t.example,
@@ -187,16 +236,31 @@ pub fn render(worker: &WorkerRunner, tallies: &[(Capability, Tally)]) -> String 
             .iter()
             .map(|(c, n)| format!("{}: {n}", c.text()))
             .collect();
+        let mut note = if classes.is_empty() {
+            "-".to_string()
+        } else {
+            classes.join("; ")
+        };
+        if t.proposed.is_some() {
+            note.push_str(" [proposed]");
+        }
+        if t.unanswered == t.shapes {
+            note = format!(
+                "not routed by the worker: {}",
+                t.unanswered_why.as_deref().unwrap_or("")
+            );
+        } else if t.unanswered > 0 {
+            note.push_str(&format!(
+                "; {} shapes not routed by the worker",
+                t.unanswered
+            ));
+        }
         table.add_row(vec![
             cc.to_string(),
             t.shapes.to_string(),
             t.agree.to_string(),
             t.disagree.to_string(),
-            if classes.is_empty() {
-                "-".to_string()
-            } else {
-                classes.join("; ")
-            },
+            note,
         ]);
     }
     s.push_str(&crate::table::text(&table));
@@ -204,6 +268,23 @@ pub fn render(worker: &WorkerRunner, tallies: &[(Capability, Tally)]) -> String 
         if let Some(e) = &t.example {
             s.push_str(&format!("SM {cc}, e.g. {e}\n"));
         }
+    }
+    // One line per proposal: the rows marked [proposed] check an unreleased change.
+    let mut proposals: Vec<&str> = tallies
+        .iter()
+        .filter_map(|(_, t)| t.proposed.as_deref())
+        .collect();
+    proposals.dedup();
+    for p in proposals {
+        let ccs: Vec<String> = tallies
+            .iter()
+            .filter(|(_, t)| t.proposed.as_deref() == Some(p))
+            .map(|(cc, _)| cc.to_string())
+            .collect();
+        s.push_str(&format!(
+            "[proposed] SM {}: a proposed route, not in a release: {p}\n",
+            ccs.join(", ")
+        ));
     }
     s
 }
@@ -216,6 +297,7 @@ mod tests {
         RouteAnswer::Routed {
             path: path.into(),
             num_splits: Some(n),
+            decode_splits: None,
         }
     }
 
@@ -272,5 +354,35 @@ mod tests {
             classify(sm90, &m, &routed("score_mod", 32)),
             [Class::SplitKvWithoutSupport]
         );
+    }
+
+    #[test]
+    fn the_decode_policy_is_compared_where_the_worker_reports_it() {
+        let sm86 = Capability::new(8, 6);
+        // A local decode over 8192 keys at page 16: SPEC 4.3 takes the split-KV decode (4
+        // splits: the window's 512 keys in 128s) because max_kv_len >= 8192 comes first.
+        let s = shape(1, 8192, true);
+        let m = decide(sm86, &s);
+        assert_eq!(m.decode_splits, Some(4));
+        let fallback = |d: Option<usize>| RouteAnswer::Routed {
+            path: "fallback".into(),
+            num_splits: Some(1),
+            decode_splits: d,
+        };
+        assert!(classify(sm86, &m, &fallback(Some(4))).is_empty());
+        assert!(classify(sm86, &m, &fallback(None)).is_empty());
+        assert_eq!(
+            classify(sm86, &m, &fallback(Some(1))),
+            [Class::DecodeSplitsDiffer]
+        );
+        // Not compared where the model's path has no decode kernel.
+        let sm90 = Capability::new(9, 0);
+        let m = decide(sm90, &s);
+        let on_hopper = RouteAnswer::Routed {
+            path: "score_mod".into(),
+            num_splits: Some(1),
+            decode_splits: Some(7),
+        };
+        assert!(classify(sm90, &m, &on_hopper).is_empty());
     }
 }

@@ -101,14 +101,50 @@ pub struct Args {
     /// RAYON_NUM_THREADS says) and of the memory for cases prepared ahead.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub processes: usize,
+    /// Run every GPU trial under NVIDIA's compute-sanitizer with this tool (memcheck): a trial
+    /// with a memory error fails as an out-of-bounds access. Needs compute-sanitizer on PATH or
+    /// in RELATTN_SANITIZER (else exit 3); one GPU; bounds checks off unless --bounds-check
+    /// says; times are not comparable with unsanitized runs.
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub sanitize: Option<crate::sanitize::Tool>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     crate::engine::on_signals("run");
     share_machine(args.processes)?;
     let libs = crate::gpu_exec::libraries_present();
+    if let Some(tool) = args.sanitize {
+        // Before any GPU detection: no sanitizer, no run (exit 3).
+        let sanitizer = crate::sanitize::Sanitizer::find(tool)?;
+        let devices = sanitized_devices(&args)?;
+        // The native paths run in this process: sanitized, it runs again under the sanitizer.
+        let native = args.paths.trim() != "none";
+        if native && crate::sanitize::child_log().is_none() {
+            let status = crate::gpu_status::detect(&NvmlSource::new(), libs, &devices);
+            if matches!(status, GpuStatus::Ready { .. }) {
+                sanitizer.reexec("run")?;
+            }
+        }
+    }
     let factory = factory(&args);
     run_with(args, &NvmlSource::new(), libs, &factory)
+}
+
+/// `--sanitize` runs the native paths on one GPU, one trial at a time (so every report in the
+/// sanitizer's log between two trials is the trial's): `--devices` must name one.
+fn sanitized_devices(args: &Args) -> anyhow::Result<DeviceSelection> {
+    let devices = args
+        .devices
+        .parse::<DeviceSelection>()
+        .map_err(exit::usage)?;
+    match &devices {
+        DeviceSelection::List(v) if v.len() == 1 => Ok(devices),
+        _ => Err(exit::usage(format!(
+            "--sanitize runs the native paths on one GPU, one trial at a time: give --devices \
+             with one index (not {})",
+            args.devices
+        ))),
+    }
 }
 
 /// One of `processes` runs on this machine: the global thread pool gets its share of the cores,
@@ -148,6 +184,13 @@ pub fn run_with(
         .as_deref()
         .map(failed_trials)
         .transpose()?;
+    let sanitizer = args
+        .sanitize
+        .map(crate::sanitize::Sanitizer::find)
+        .transpose()?;
+    if sanitizer.is_some() {
+        sanitized_devices(&args)?;
+    }
     let opts = SessionOptions {
         gpu_matrix: args
             .matrix
@@ -155,12 +198,14 @@ pub fn run_with(
             .or_else(|| rerun.as_ref().and_then(|(m, _)| m.clone())),
         selfcheck_matrix: None,
         paths: args.paths.parse::<PathSelection>().map_err(exit::usage)?,
+        // Sanitized, the plain build by default: memcheck, not a trap, is to see the accesses.
         bounds: args
             .bounds_check
             .as_deref()
             .map(str::parse::<BoundsCheck>)
             .transpose()
-            .map_err(exit::usage)?,
+            .map_err(exit::usage)?
+            .or(sanitizer.as_ref().map(|_| BoundsCheck::Off)),
         shard: args
             .shard
             .as_deref()
@@ -174,7 +219,10 @@ pub fn run_with(
         case: args.case.clone(),
         filter: selection_filter(&args)?,
         only: rerun.as_ref().map(|(_, names)| names.clone()),
-        workers: crate::worker::specs(&args.impls, &args.workers).map_err(exit::usage)?,
+        workers: crate::worker::sanitized(
+            crate::worker::specs(&args.impls, &args.workers).map_err(exit::usage)?,
+            sanitizer.as_ref(),
+        ),
         worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
         self_checks: args.self_checks.then_some(true),
     };
@@ -232,7 +280,26 @@ pub fn run_with(
             );
         }
     }
+    if let Some(s) = &sanitizer {
+        eprintln!(
+            "relattn run: sanitized: every GPU trial runs under {} --tool {} (times are not \
+             comparable with unsanitized runs)",
+            s.program.display(),
+            s.tool.as_str()
+        );
+    }
     let mut env = environment(&session, &args);
+    if let Some(s) = &sanitizer {
+        env.extra.insert(
+            "sanitize".into(),
+            serde_json::json!({
+                "tool": s.tool.as_str(),
+                "sanitizer": s.program.display().to_string(),
+                "native_paths": crate::sanitize::child_log().is_some(),
+                "note": "every GPU trial ran under the sanitizer: times are not comparable with unsanitized runs",
+            }),
+        );
+    }
     let identity = run_identity(&session, &args);
     env.extra.insert(IDENTITY_KEY.into(), identity.clone());
     let arch_dir = out_dir.join(&arch);

@@ -199,6 +199,19 @@ pub(super) fn record_run(
         row.params
             .insert("bounds_check".into(), variant.bounds_check.to_string());
     }
+    // Under a sanitizer: the row says so (its time is not comparable), and an error the
+    // sanitizer reported fails the trial whatever the output, the judge's verdict kept after it.
+    if let Some(checked) = &run.sanitizer {
+        row.params.insert("sanitize".into(), checked.tool.clone());
+        if let Some(errors) = &checked.errors {
+            row.message = if row.status == Status::Pass {
+                format!("{errors}; the output passes SPEC 6")
+            } else {
+                format!("{errors}; the output also fails: {}", row.message)
+            };
+            row.status = Status::Fail;
+        }
+    }
 }
 
 /// K/V bytes the requests must read: every visible key of every request once, K and V, all KV heads.

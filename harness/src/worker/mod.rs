@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// The workers under `adapters/`: `--impl NAME` runs `adapters/NAME_worker.py` (a test holds
 /// this list to the folder's files).
-pub const IMPLS: [&str; 5] = ["numpy", "vllm", "fa4", "flex", "faulty"];
+pub const IMPLS: [&str; 6] = ["numpy", "vllm", "triton", "fa4", "flex", "faulty"];
 
 /// The help of an `--impl` flag: `what`, then the shipped workers, from [`IMPLS`].
 pub fn impl_help(what: &str) -> String {
@@ -32,6 +32,8 @@ pub struct WorkerSpec {
     pub command: Vec<String>,
     /// `--impl numpy` or `--worker '<command>'`: what reproduces it on a command line.
     pub label: String,
+    /// `--sanitize`: every process of the worker runs under this sanitizer.
+    pub sanitizer: Option<crate::sanitize::Sanitizer>,
 }
 
 impl WorkerSpec {
@@ -48,6 +50,7 @@ impl WorkerSpec {
                 "--worker {}",
                 shlex::try_quote(line).unwrap_or_else(|_| line.into())
             ),
+            sanitizer: None,
         })
     }
 
@@ -76,6 +79,7 @@ impl WorkerSpec {
         Ok(WorkerSpec {
             command: vec![python, script.to_string_lossy().into_owned()],
             label: format!("--impl {name}"),
+            sanitizer: None,
         })
     }
 }
@@ -147,6 +151,20 @@ pub fn start_all(
     Ok(out)
 }
 
+/// The specs with every worker under `sanitizer` (`--sanitize`), when there is one.
+pub fn sanitized(
+    specs: Vec<WorkerSpec>,
+    sanitizer: Option<&crate::sanitize::Sanitizer>,
+) -> Vec<WorkerSpec> {
+    specs
+        .into_iter()
+        .map(|s| WorkerSpec {
+            sanitizer: sanitizer.cloned(),
+            ..s
+        })
+        .collect()
+}
+
 /// `--worker-timeout-s`, checked.
 pub fn timeout(seconds: f64) -> Result<std::time::Duration, String> {
     if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
@@ -190,14 +208,14 @@ mod tests {
         assert_eq!(impls, shipped);
         assert_eq!(
             impl_help("Run"),
-            "Run: numpy, vllm, fa4, flex, faulty (adapters/NAME_worker.py)"
+            "Run: numpy, vllm, triton, fa4, flex, faulty (adapters/NAME_worker.py)"
         );
     }
 
     #[test]
     fn unknown_impls_list_the_known_ones() {
         let e = WorkerSpec::from_impl("cudnn").unwrap_err();
-        assert!(e.contains("numpy, vllm, fa4, flex, faulty"), "{e}");
+        assert!(e.contains("numpy, vllm, triton, fa4, flex, faulty"), "{e}");
     }
 
     #[test]

@@ -82,11 +82,17 @@ impl Process {
     /// Start `command` (program and arguments). A program that cannot be started is an error
     /// naming it.
     pub fn spawn(command: &[String]) -> Result<Process, String> {
+        Process::spawn_with(command, &[])
+    }
+
+    /// `spawn` with more environment variables.
+    pub fn spawn_with(command: &[String], env: &[(String, String)]) -> Result<Process, String> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| "empty worker command".to_string())?;
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

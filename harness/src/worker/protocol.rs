@@ -48,10 +48,21 @@ pub enum RouteAnswer {
     Routed {
         path: String,
         num_splits: Option<usize>,
+        /// The fallback path's split-KV decode (SPEC 4.3): its split count, 1 when the decode
+        /// kernel does not run; None when the worker does not say (optional field).
+        decode_splits: Option<usize>,
     },
     Rejected(String),
-    /// The worker has no routing.
+    /// The worker has no routing (for this capability).
     Unsupported(String),
+}
+
+/// A `route` answer and whether it is a proposed route: one from an unreleased change (an open
+/// pull request, say), not from a release. `proposed` is the worker's text saying which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub answer: RouteAnswer,
+    pub proposed: Option<String>,
 }
 
 /// An answer outside the protocol.
@@ -249,7 +260,7 @@ pub fn parse_run(v: &Value, id: &str) -> Result<RunAnswer, ProtocolError> {
 }
 
 /// A `route` answer, which must echo the request's `id`.
-pub fn parse_route(v: &Value, id: u64) -> Result<RouteAnswer, ProtocolError> {
+pub fn parse_route(v: &Value, id: u64) -> Result<Route, ProtocolError> {
     let got = v.get("id");
     if got.and_then(Value::as_u64) != Some(id) {
         return Err(bad(format!(
@@ -262,10 +273,29 @@ pub fn parse_route(v: &Value, id: u64) -> Result<RouteAnswer, ProtocolError> {
     }
     if !ok_of(v)? {
         return match failure(v)? {
-            (true, m) => Ok(RouteAnswer::Unsupported(m)),
+            (true, m) => Ok(Route {
+                answer: RouteAnswer::Unsupported(m),
+                proposed: None,
+            }),
             (false, m) => Err(bad(format!("route failed: {m}"))),
         };
     }
+    let proposed = match v.get("proposed") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) if !t.trim().is_empty() => {
+            Some(super::text::one_line(t, super::text::MAX_MESSAGE_CHARS))
+        }
+        Some(_) => {
+            return Err(bad(
+                "`proposed` must be null or a text saying which unreleased change the route is",
+            ))
+        }
+    };
+    let answer = route_answer(v)?;
+    Ok(Route { answer, proposed })
+}
+
+fn route_answer(v: &Value) -> Result<RouteAnswer, ProtocolError> {
     let rejected = v
         .get("rejected")
         .and_then(Value::as_bool)
@@ -292,17 +322,18 @@ pub fn parse_route(v: &Value, id: u64) -> Result<RouteAnswer, ProtocolError> {
                 rest.join(", ")
             ))
         })?;
-    let num_splits = match v.get("num_splits") {
-        None | Some(Value::Null) => None,
-        Some(n) => Some(splits_of(n).ok_or_else(|| {
+    let count = |key: &str| match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => splits_of(n).map(Some).ok_or_else(|| {
             bad(format!(
-                "`num_splits` must be null or an integer from 1 to {MAX_SPLITS}"
+                "`{key}` must be null or an integer from 1 to {MAX_SPLITS}"
             ))
-        })?),
+        }),
     };
     Ok(RouteAnswer::Routed {
         path: path.to_string(),
-        num_splits,
+        num_splits: count("num_splits")?,
+        decode_splits: count("decode_splits")?,
     })
 }
 
@@ -426,7 +457,7 @@ mod tests {
         );
         let rej = json!({"ok": true, "id": 1, "rejected": true, "reason": "no\x1b]0;title\x07"});
         assert_eq!(
-            parse_route(&rej, 1).unwrap(),
+            parse_route(&rej, 1).unwrap().answer,
             RouteAnswer::Rejected("no\\x1b]0;title\\x07".into())
         );
     }
@@ -436,26 +467,47 @@ mod tests {
         let r = json!({"ok": true, "id": 7, "path": "score_mod", "rejected": false, "reason": null, "num_splits": 1});
         assert_eq!(
             parse_route(&r, 7).unwrap(),
-            RouteAnswer::Routed {
-                path: "score_mod".into(),
-                num_splits: Some(1)
+            Route {
+                answer: RouteAnswer::Routed {
+                    path: "score_mod".into(),
+                    num_splits: Some(1),
+                    decode_splits: None,
+                },
+                proposed: None
             }
         );
         let rej = json!({"ok": true, "id": 7, "path": null, "rejected": true, "reason": "SM12x", "num_splits": null});
         assert_eq!(
-            parse_route(&rej, 7).unwrap(),
+            parse_route(&rej, 7).unwrap().answer,
             RouteAnswer::Rejected("SM12x".into())
         );
         let none = json!({"ok": false, "id": 7, "status": "unsupported", "message": "no routing"});
         assert!(matches!(
-            parse_route(&none, 7),
+            parse_route(&none, 7).map(|r| r.answer),
             Ok(RouteAnswer::Unsupported(_))
         ));
+        // A proposed route with the decode kernel's split count.
+        let p = json!({"ok": true, "id": 7, "path": "fallback", "rejected": false, "num_splits": 1,
+                       "decode_splits": 4, "proposed": "PR #1 (open)\x1b[2K"});
+        assert_eq!(
+            parse_route(&p, 7).unwrap(),
+            Route {
+                answer: RouteAnswer::Routed {
+                    path: "fallback".into(),
+                    num_splits: Some(1),
+                    decode_splits: Some(4),
+                },
+                proposed: Some("PR #1 (open)\\x1b[2K".into())
+            }
+        );
         for bad in [
             json!({"ok": true, "id": 7, "path": "fa2", "rejected": false}),
             json!({"ok": true, "id": 7, "path": "score_mod"}),
             json!({"ok": true, "id": 7, "path": "score_mod", "rejected": false, "num_splits": 0}),
             json!({"ok": true, "id": 7, "path": "score_mod", "rejected": false, "num_splits": u64::MAX}),
+            json!({"ok": true, "id": 7, "path": "fallback", "rejected": false, "decode_splits": 0}),
+            json!({"ok": true, "id": 7, "path": "fallback", "rejected": false, "proposed": 55078}),
+            json!({"ok": true, "id": 7, "path": "fallback", "rejected": false, "proposed": " "}),
             // The id must be echoed: missing, another request's, or not a number.
             json!({"ok": true, "path": "score_mod", "rejected": false, "num_splits": 1}),
             json!({"ok": true, "id": 6, "path": "score_mod", "rejected": false, "num_splits": 1}),

@@ -3,9 +3,10 @@
 //! `MAX_DEATHS` deaths in a row.
 
 use super::process::{Death, Process};
-use super::protocol::{self, Hello, RouteAnswer, RouteShape, RunAnswer};
+use super::protocol::{self, Hello, Route, RouteShape, RunAnswer};
 use super::WorkerSpec;
 use crate::runner::{Kept, RunError, RunOutput, RunRequest, Runner, Target};
+use crate::sanitize::{Checked, LogWatch};
 use relattn_common::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
 use relattn_common::stats::median;
 use relattn_reference::casefile::{read_worker_output, write_case, CaseMeta};
@@ -31,6 +32,8 @@ pub const KEEP_TOTAL_BYTES: u64 = 2 << 30;
 
 struct State {
     process: Option<Process>,
+    /// The sanitizer's log of the live process (`--sanitize`).
+    watch: Option<LogWatch>,
     deaths: usize,
     last_death: String,
     cases: VecDeque<(String, PathBuf)>,
@@ -53,8 +56,22 @@ pub struct WorkerRunner {
 
 /// Start the worker and read its `hello`. Every failure here is the user's to fix (a command
 /// that is not found, a worker that does not speak protocol 1), so the message says what ran.
-fn start(spec: &WorkerSpec, timeout: Duration) -> Result<(Process, Hello), String> {
-    let mut p = Process::spawn(&spec.command)?;
+/// Under a sanitizer, the process runs wrapped in it with a new log file in `dir`, watched.
+fn start(
+    spec: &WorkerSpec,
+    timeout: Duration,
+    dir: &Path,
+) -> Result<(Process, Hello, Option<LogWatch>), String> {
+    let (mut p, watch) = match &spec.sanitizer {
+        None => (Process::spawn(&spec.command)?, None),
+        Some(s) => {
+            static LOGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = LOGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let log = dir.join(format!("sanitizer-{n}.log"));
+            let p = Process::spawn_with(&s.wrap(&log, &spec.command), &s.worker_env())?;
+            (p, Some(LogWatch::new(log)))
+        }
+    };
     let answer = p
         .request(&protocol::hello_request(), timeout)
         .map_err(|d| format!("{d}; its stderr:\n{}", p.stderr_tail(TAIL_IN_MESSAGE)))?;
@@ -67,19 +84,19 @@ fn start(spec: &WorkerSpec, timeout: Duration) -> Result<(Process, Hello), Strin
             protocol::PROTOCOL
         ));
     }
-    Ok((p, hello))
+    Ok((p, hello, watch))
 }
 
 impl WorkerRunner {
     /// Start the worker and greet it.
     pub fn start(spec: WorkerSpec, timeout: Duration) -> Result<WorkerRunner, String> {
-        let (process, hello) =
-            start(&spec, timeout).map_err(|e| format!("worker {}: {e}", spec.label))?;
         let dir = tempfile::Builder::new()
             .prefix("relattn-worker-")
             .tempdir()
             .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
         super::live::add_folder(dir.path());
+        let (process, hello, watch) =
+            start(&spec, timeout, dir.path()).map_err(|e| format!("worker {}: {e}", spec.label))?;
         Ok(WorkerRunner {
             spec,
             hello,
@@ -87,6 +104,7 @@ impl WorkerRunner {
             dir,
             state: Mutex::new(State {
                 process: Some(process),
+                watch,
                 deaths: 0,
                 last_death: String::new(),
                 cases: VecDeque::new(),
@@ -102,7 +120,7 @@ impl WorkerRunner {
     }
 
     /// The worker's routing decision for `shape` on capability `cc`.
-    pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<RouteAnswer, String> {
+    pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<Route, String> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.route_id += 1;
         let id = st.route_id;
@@ -132,8 +150,11 @@ impl WorkerRunner {
             ));
         }
         if st.process.is_none() {
-            match start(&self.spec, self.timeout) {
-                Ok((p, _)) => st.process = Some(p),
+            match start(&self.spec, self.timeout, self.dir.path()) {
+                Ok((p, _, watch)) => {
+                    st.process = Some(p);
+                    st.watch = watch;
+                }
                 Err(e) => {
                     st.deaths += 1;
                     st.last_death = format!("restart failed: {e}");
@@ -144,6 +165,14 @@ impl WorkerRunner {
         st.process
             .as_mut()
             .ok_or_else(|| "no worker process".to_string())
+    }
+
+    /// Under `--sanitize`, what the sanitizer's log says about the request just answered.
+    fn sanitizer_check(&self, st: &mut State) -> Result<Option<Checked>, String> {
+        match (&self.spec.sanitizer, st.watch.as_mut()) {
+            (Some(s), Some(watch)) => crate::sanitize::check(watch, s.tool.as_str()).map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Kill the process after a death, count it, and return its stderr tail.
@@ -261,28 +290,45 @@ impl Runner for WorkerRunner {
         let answer = match answer {
             Ok(a) => a,
             Err(why) => {
+                let errors = self.sanitizer_check(&mut st).ok().flatten();
                 let tail = self.bury(&mut st, why.clone());
-                return Err(RunError::Other(format!(
-                    "{why}; restarting it for the next trial; worker stderr:\n{tail}"
-                )));
+                let message =
+                    format!("{why}; restarting it for the next trial; worker stderr:\n{tail}");
+                return Err(match errors.and_then(|c| c.errors) {
+                    Some(e) => RunError::Fault(format!("{e}; the run: {message}")),
+                    None => RunError::Other(message),
+                });
             }
         };
         st.deaths = 0;
-        let tail = || {
-            st.process
-                .as_ref()
-                .map(|p| p.stderr_tail(TAIL_IN_MESSAGE))
-                .unwrap_or_default()
-        };
-        let (num_splits, ms) = match answer {
-            RunAnswer::Unsupported(m) => return Err(RunError::Unsupported(m)),
-            RunAnswer::Error(m) => {
+        let checked = self.sanitizer_check(&mut st).map_err(RunError::Other)?;
+        let tail = st
+            .process
+            .as_ref()
+            .map(|p| p.stderr_tail(TAIL_IN_MESSAGE))
+            .unwrap_or_default();
+        let errors = checked.as_ref().and_then(|c| c.errors.clone());
+        if errors.is_some() {
+            // A fresh process (and sanitizer) for the next trial: its reports and its CUDA
+            // context start clean. Not a death: the worker answered.
+            if let Some(mut p) = st.process.take() {
+                p.kill();
+            }
+            st.watch = None;
+        }
+        let (num_splits, ms) = match (answer, errors) {
+            (RunAnswer::Unsupported(m), None) => return Err(RunError::Unsupported(m)),
+            (RunAnswer::Error(m), None) => {
                 return Err(RunError::Other(format!(
-                    "the worker failed: {m}; worker stderr:\n{}",
-                    tail()
+                    "the worker failed: {m}; worker stderr:\n{tail}"
                 )))
             }
-            RunAnswer::Done { num_splits, ms } => (num_splits, ms.unwrap_or_default()),
+            (RunAnswer::Unsupported(m) | RunAnswer::Error(m), Some(e)) => {
+                return Err(RunError::Fault(format!(
+                    "{e}; the worker then answered: {m}; worker stderr:\n{tail}"
+                )))
+            }
+            (RunAnswer::Done { num_splits, ms }, _) => (num_splits, ms.unwrap_or_default()),
         };
         let p = req.problem;
         let shape = [p.total_rows(), p.num_heads, p.head_dim];
@@ -296,6 +342,7 @@ impl Runner for WorkerRunner {
             ms_all: ms,
             num_splits,
             kernels: vec![format!("{}/{path}", self.name())],
+            sanitizer: checked,
         })
     }
 
@@ -385,6 +432,7 @@ impl Drop for WorkerRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::protocol::RouteAnswer;
 
     #[test]
     fn folder_bytes_counts_what_the_folder_already_holds() {
@@ -428,6 +476,7 @@ for line in sys.stdin:
         let spec = WorkerSpec {
             command: vec!["python3".into(), "-c".into(), script],
             label: "--worker twice".into(),
+            sanitizer: None,
         };
         WorkerRunner::start(spec, Duration::from_secs(10)).unwrap()
     }
@@ -450,10 +499,11 @@ for line in sys.stdin:
         let w = route_worker(2, true);
         for batch in 1..=20 {
             assert_eq!(
-                w.route("9.0", &shape(batch)).unwrap(),
+                w.route("9.0", &shape(batch)).unwrap().answer,
                 RouteAnswer::Routed {
                     path: "score_mod".into(),
-                    num_splits: Some(batch)
+                    num_splits: Some(batch),
+                    decode_splits: None,
                 }
             );
         }

@@ -619,6 +619,109 @@ fn vllm_0_33_0_routing_shows_the_released_defect() {
     }
 }
 
+/// The triton worker answers the route vLLM PR #55078 proposes for SM8x, marked proposed, and
+/// nothing for the other capabilities (which keep their released route): SM8x agrees with the
+/// model but for the split-KV decode policy of 72 local decodes at page 16 (vLLM checks the
+/// window before the KV length), every other capability is unanswered, and the check exits 1.
+#[test]
+fn triton_route_check_answers_the_proposed_sm8x_route() {
+    python_ready();
+    let Some(root) = vllm_root() else {
+        return;
+    };
+    let env = [("RELATTN_VLLM_ROOT", root.to_str().unwrap())];
+    let out = relattn_env(&["route", "--check", "--impl", "triton", "--json"], &env);
+    no_panic(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["worker"]["name"], "triton");
+    for c in v["capabilities"].as_array().unwrap() {
+        let cc = c["cc"].as_str().unwrap();
+        assert_eq!(c["shapes"], 2160, "{cc}");
+        if cc.starts_with("8.") {
+            assert_eq!(
+                (c["agree"].as_u64(), c["disagree"].as_u64()),
+                (Some(2088), Some(72)),
+                "{c}"
+            );
+            assert_eq!(
+                c["classes"],
+                serde_json::json!({"decode_splits_differ": 72}),
+                "{c}"
+            );
+            assert!(c["proposed"].as_str().unwrap().contains("#55078"), "{c}");
+            assert_eq!(c["example"]["worker"]["decode_splits"], 1, "{c}");
+            assert_eq!(c["example"]["relattn"]["decode_splits"], 4, "{c}");
+        } else {
+            assert_eq!(c["unanswered"], 2160, "{c}");
+            assert!(c["proposed"].is_null(), "{c}");
+            assert!(
+                c["unanswered_reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("only SM8x"),
+                "{c}"
+            );
+        }
+    }
+    let out = relattn_env(&["route", "--check", "--impl", "triton"], &env);
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("split-KV decode differs from SPEC 4.3: 72 [proposed]")
+            && table.contains("[proposed] SM 8.0, 8.6, 8.7, 8.9: a proposed route, not in a release: vLLM PR #55078")
+            && table.contains("not routed by the worker: vLLM PR #55078 moves only SM8x"),
+        "{table}"
+    );
+}
+
+/// Without its op (no RELATTN_VLLM_ROOT, no vLLM installed), the triton worker still greets and
+/// every trial is a skip that says why; `route --check` has nothing to check (exit 2).
+#[test]
+fn the_triton_worker_without_its_op_skips_every_trial() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-vllm");
+    let env = [("RELATTN_VLLM_ROOT", missing.to_str().unwrap())];
+    let out = relattn_env(
+        &[
+            "run",
+            "--matrix",
+            "smoke",
+            "-k",
+            "decode",
+            "--impl",
+            "triton",
+            "--paths",
+            "none",
+            "--out",
+            dir.path().join("out").to_str().unwrap(),
+        ],
+        &env,
+    );
+    no_panic(&out);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = worker_rows(&dir.path().join("out"));
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert_eq!(r["path"], "triton/triton_op", "{r}");
+        assert_eq!(r["status"], "skip", "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("fa4_rel_attention.py does not exist"),
+            "{r}"
+        );
+    }
+    let out = relattn_env(&["route", "--check", "--impl", "triton"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("has no routing to check"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn route_check_needs_a_worker_with_routing() {
     python_ready();

@@ -18,6 +18,7 @@ use std::sync::Arc;
 struct Exact {
     counters_left: usize,
     padding_intact: bool,
+    sanitizer: Option<relattn_harness::sanitize::Checked>,
 }
 
 impl Runner for Exact {
@@ -37,6 +38,7 @@ impl Runner for Exact {
             ms_all: Vec::new(),
             num_splits: 1,
             kernels: Vec::new(),
+            sanitizer: self.sanitizer.clone(),
         })
     }
 }
@@ -52,6 +54,7 @@ impl Runner for Planted {
         let exact = Exact {
             counters_left: 0,
             padding_intact: true,
+            sanitizer: None,
         };
         let mut run = exact.run(slot, req)?;
         run.out[self.at] += self.delta;
@@ -94,6 +97,7 @@ fn an_exact_run_with_its_counters_reset_passes() {
     let row = row_of(Exact {
         counters_left: 0,
         padding_intact: true,
+        sanitizer: None,
     });
     assert_eq!(row.status, Status::Pass, "{}", row.message);
     // The f64 reference rounded to f32.
@@ -108,6 +112,7 @@ fn decode_counters_left_set_fail_the_trial_and_say_so() {
     let row = row_of(Exact {
         counters_left: 3,
         padding_intact: true,
+        sanitizer: None,
     });
     assert_eq!(row.status, Status::Fail);
     assert!(
@@ -126,6 +131,7 @@ fn decode_counters_left_set_fail_the_trial_and_say_so() {
     let row = row_of(Exact {
         counters_left: 1,
         padding_intact: false,
+        sanitizer: None,
     });
     assert_eq!(row.status, Status::Fail);
     assert!(
@@ -190,4 +196,59 @@ fn a_planted_error_is_named_with_its_values_bounds_and_counts() {
     let text = failure_text(&row);
     assert_eq!(text, format!("FAIL gpu::stand_in: {m}"));
     assert!(!text.contains("Some("), "no Rust debug text: {text}");
+}
+
+/// A sanitized run: the row carries `sanitize`; an error the sanitizer reported fails the
+/// trial with its class and first report even when the output is exact, and a failing output's
+/// reason follows.
+#[test]
+fn a_sanitizer_error_fails_the_trial_with_its_class() {
+    use relattn_harness::sanitize::{failure_message, parse, Checked};
+    let clean = row_of(Exact {
+        counters_left: 0,
+        padding_intact: true,
+        sanitizer: Some(Checked {
+            tool: "memcheck".into(),
+            errors: None,
+        }),
+    });
+    assert_eq!(clean.status, Status::Pass, "{}", clean.message);
+    assert_eq!(clean.params["sanitize"], "memcheck");
+    let reports = parse(
+        "========= Invalid __global__ read of size 2 bytes\n=========     at k+0x10\n=========\n",
+    );
+    let errors = Some(failure_message("memcheck", &reports));
+    let row = row_of(Exact {
+        counters_left: 0,
+        padding_intact: true,
+        sanitizer: Some(Checked {
+            tool: "memcheck".into(),
+            errors: errors.clone(),
+        }),
+    });
+    assert_eq!(row.status, Status::Fail);
+    assert!(
+        row.message.starts_with(
+            "out-of-bounds access (SPEC 5, class 5): compute-sanitizer memcheck reported 1 \
+             error(s) while this trial ran; the first: Invalid __global__ read of size 2 bytes; \
+             at k+0x10; the output passes SPEC 6; reproduce: relattn run"
+        ),
+        "{}",
+        row.message
+    );
+    let row = row_of(Exact {
+        counters_left: 0,
+        padding_intact: false,
+        sanitizer: Some(Checked {
+            tool: "memcheck".into(),
+            errors,
+        }),
+    });
+    assert_eq!(row.status, Status::Fail);
+    assert!(
+        row.message
+            .contains("; the output also fails: padding rows were modified"),
+        "{}",
+        row.message
+    );
 }

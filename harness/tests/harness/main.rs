@@ -23,5 +23,6 @@ mod cli_report_smoke;
 mod cli_resume;
 mod cli_route;
 mod cli_run;
+mod cli_sanitize;
 mod cli_worker;
 mod gpu_verdicts;

@@ -67,6 +67,7 @@ pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value 
         "impls": args.impls,
         "workers": args.workers,
         "self_checks": args.self_checks,
+        "sanitize": args.sanitize.map(|t| t.as_str()),
         "build": crate::provenance::relattn_build(),
     })
 }

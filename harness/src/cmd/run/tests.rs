@@ -55,6 +55,7 @@ fn args(out: &std::path::Path) -> Args {
         worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
         self_checks: false,
         processes: 1,
+        sanitize: None,
     }
 }
 

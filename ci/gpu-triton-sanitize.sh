@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# GPU check of vLLM's Triton op and of `--sanitize memcheck` (one H200), in steps:
+#
+#   ci/gpu-triton-sanitize.sh [STEP ...]        (no STEP: every step, in this order)
+#
+#   triton-regressions  run --matrix regressions --paths none --impl triton
+#   triton-ci           run --matrix ci --paths none --impl triton --shard $TRITON_CI_SHARD (1/3)
+#   triton-bench        bench --paths fallback --impl triton on the five bench shapes
+#   native-sanitize     run --matrix regressions (native paths) unsanitized, then with
+#                       --sanitize memcheck; $SANITIZE_FILTER leaves out the long cases
+#   vllm-sanitize       the same with --paths none --impl vllm
+#   tiles-sanitize      the padded-query-tile cases (rel_logits_tile_overrun,
+#                       rel_logits_padding_rows_read, padding_row_writes, warmup_spec_verify9)
+#                       with --sanitize memcheck through $TILE_IMPLS (vllm,fa4,flex,triton)
+#   mutant              mutants --only rel_row_past_end --sanitize memcheck: the planted read
+#                       past the last rel_logits row, built without the bounds check, must be
+#                       caught by memcheck alone on every path it is in
+#
+# Needs: a relattn binary ($RELATTN_BIN, else a release build here); compute-sanitizer on PATH
+# or in $RELATTN_SANITIZER (sanitize steps); RELATTN_VLLM_ROOT = an unpacked vLLM wheel
+# (adapters/fetch_vllm.sh DEST for triton; with --kernels for vllm and fa4); torch and Triton
+# (the H200 machine has both); for vllm and fa4 the CuTe DSL packages on PYTHONPATH
+# (adapters/unpack_wheels.sh, adapters/install_packages.sh --wheels).
+#
+# Writes under ${OUT:-gpu-triton-sanitize-out}: logs/STEP*.log (each command's output),
+# reports/STEP*/ (relattn reports), timings.tsv (step, command, exit code, wall seconds), and
+# bench.json. Every step runs whatever the previous ones gave; the exit code is 0 when every
+# command exited 0 or 1 (a failing trial is a finding, not a broken check), else the first other
+# code (2 bad input, 3 no GPU or no compute-sanitizer).
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+out="${OUT:-gpu-triton-sanitize-out}"
+bin=$(relattn_bin) || exit 2
+mkdir -p "$out/logs" "$out/reports"
+timings="$out/timings.tsv"
+[[ -f $timings ]] || printf 'step\tcommand\texit\twall_s\n' >"$timings"
+
+TRITON_CI_SHARD="${TRITON_CI_SHARD:-1/3}"
+TILE_IMPLS="${TILE_IMPLS:-vllm,fa4,flex,triton}"
+TIMEOUT="${WORKER_TIMEOUT_S:-300}"
+# The long and large regression cases run for minutes under memcheck: left out of the sanitized
+# runs (and of their unsanitized comparison).
+SANITIZE_FILTER="${SANITIZE_FILTER:-regression!=offset_over_2_31,paged_cache_past_2_31,bf16_accumulation,late_unsupported_arch,large_launch_unwritten_rows}"
+TILE_FILTER="regression=rel_logits_tile_overrun,rel_logits_padding_rows_read,padding_row_writes,warmup_spec_verify9"
+
+status=0
+# step NAME ARGS...: run relattn with ARGS, log and time it, keep the first unexpected exit code.
+step() {
+    local name=$1 rc=0 start end
+    shift
+    start=$(date +%s.%N)
+    echo "== $name: relattn $*" | tee "$out/logs/$name.log"
+    "$bin" "$@" >>"$out/logs/$name.log" 2>&1 || rc=$?
+    end=$(date +%s.%N)
+    local wall
+    wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+    printf '%s\t%s\t%s\t%s\n' "$name" "relattn $*" "$rc" "$wall" >>"$timings"
+    echo "== $name: exit $rc in ${wall}s (log: $out/logs/$name.log)"
+    tail -n 3 "$out/logs/$name.log"
+    if [[ $rc -gt 1 && $status -eq 0 ]]; then
+        status=$rc
+    fi
+}
+
+run_step() {
+    case $1 in
+    triton-regressions)
+        step "$1" run --require-gpu --matrix regressions --paths none --impl triton \
+            --no-compile-checks --worker-timeout-s "$TIMEOUT" --out "$out/reports/$1" ;;
+    triton-ci)
+        step "$1" run --require-gpu --matrix ci --shard "$TRITON_CI_SHARD" --paths none \
+            --impl triton --no-compile-checks --worker-timeout-s "$TIMEOUT" --out "$out/reports/$1" ;;
+    triton-bench)
+        step "$1" bench --paths fallback --impl triton \
+            --shapes decode8k_b32,decode128k,prefill8k,prefill8k_local,mixed --row-budget-s 4 \
+            --worker-timeout-s "$TIMEOUT" --json "$out/bench.json" ;;
+    native-sanitize)
+        step "$1-plain" run --require-gpu --matrix regressions --filter "$SANITIZE_FILTER" \
+            --bounds-check off --no-compile-checks --out "$out/reports/$1-plain"
+        step "$1" run --require-gpu --matrix regressions --filter "$SANITIZE_FILTER" \
+            --sanitize memcheck --no-compile-checks --out "$out/reports/$1" ;;
+    vllm-sanitize)
+        step "$1-plain" run --require-gpu --matrix regressions --filter "$SANITIZE_FILTER" \
+            --paths none --impl vllm --worker-timeout-s "$TIMEOUT" --out "$out/reports/$1-plain"
+        step "$1" run --require-gpu --matrix regressions --filter "$SANITIZE_FILTER" \
+            --paths none --impl vllm --sanitize memcheck --worker-timeout-s "$TIMEOUT" \
+            --out "$out/reports/$1" ;;
+    tiles-sanitize)
+        step "$1" run --require-gpu --matrix regressions --filter "$TILE_FILTER" --paths none \
+            --impl "$TILE_IMPLS" --sanitize memcheck --worker-timeout-s "$TIMEOUT" \
+            --out "$out/reports/$1" ;;
+    mutant)
+        step "$1" mutants --only rel_row_past_end --sanitize memcheck ;;
+    *)
+        echo "gpu-triton-sanitize.sh: unknown step $1 (steps: triton-regressions triton-ci" \
+            "triton-bench native-sanitize vllm-sanitize tiles-sanitize mutant)" >&2
+        exit 2 ;;
+    esac
+}
+
+steps=("$@")
+if [[ ${#steps[@]} -eq 0 ]]; then
+    steps=(triton-regressions triton-ci triton-bench native-sanitize vllm-sanitize tiles-sanitize mutant)
+fi
+for s in "${steps[@]}"; do
+    run_step "$s"
+done
+echo "timings: $timings"
+column -t -s $'\t' "$timings" 2>/dev/null || cat "$timings"
+exit "$status"
