@@ -44,7 +44,13 @@ request's pages set to 0, `window_size = (window_left, 0)` on local layers and `
 global ones, `causal=True`. Without torch, CUDA, cutlass or the op, `hello` still answers and
 every `run` answers `unsupported` with the import error.
 
-Environment: RELATTN_VLLM_ROOT as above; FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED defaults to 1.
+Capture: with RELATTN_CAPTURE_DIR set, the op is wrapped by capture.py as it is loaded, and the
+inputs of the calls its rules select (RELATTN_CAPTURE_*) are written there as case files, which
+`relattn run --cases DIR` runs; `hello`'s version says so.
+
+Environment: RELATTN_VLLM_ROOT as above (an unpacked wheel or a source checkout: the op file is
+at the same place in both); RELATTN_CAPTURE_* as above; FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED
+defaults to 1.
 """
 
 import argparse
@@ -471,9 +477,25 @@ class VllmWorker(Worker):
                         else f"vllm not loaded ({self.op.error})")
         if self.op.error:
             log(f"vllm_worker: {self.op.error}")
+        self.capture = self._install_capture()
+        if self.capture is not None:
+            self.version += f"; capturing the op's inputs to {self.capture.settings.directory}"
         self.torch, self.gpu_error = None, None
         self.kernel_errors = {}
         self._probe_gpu()
+
+    def _install_capture(self):
+        """With RELATTN_CAPTURE_DIR set, wrap the loaded op with capture.py (every call this
+        worker makes goes through `InklingFA4RelAttentionKernel.kernel`); None otherwise, or
+        when capture cannot be installed (logged: the worker runs on without it)."""
+        if self.op.error or not os.environ.get("RELATTN_CAPTURE_DIR", "").strip():
+            return None
+        try:
+            import capture
+            return capture.install(self.op.module, vllm_version=self.op.version)
+        except Exception as e:
+            log(f"vllm_worker: capture not installed: {type(e).__name__}: {e}")
+            return None
 
     def _probe_gpu(self):
         """torch, a CUDA device and cutlass, or the reason why runs are unsupported."""

@@ -248,7 +248,7 @@ fn case_name(stem: &str) -> String {
 }
 
 /// The `*.safetensors` files under `dir` (full path, path under `root`), in name order at each
-/// level. A link to a folder is not followed and counts as a bad file (its cases would be
+/// level, hidden ones (`.name`) left out. A link to a folder is not followed and counts as a bad file (its cases would be
 /// missed); a link, FIFO or device named `*.safetensors` is left to the reader, which refuses it.
 fn walk(
     root: &Path,
@@ -269,6 +269,11 @@ fn walk(
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
+        // Hidden files and folders are skipped: a writer's temporary file (`.tmp-*.safetensors`)
+        // is no case, and nor is what it holds while being written.
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
         let path = entry.path();
         let kind = entry
             .file_type()

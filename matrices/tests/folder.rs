@@ -28,6 +28,7 @@ fn every_case_file_is_a_case_named_by_its_stem_with_the_hash_of_its_bytes_as_id(
     write(&dir.path().join("b.safetensors"), &decode(1));
     write(&dir.path().join("sub/deeper/a x:y.safetensors"), &decode(2));
     std::fs::write(dir.path().join("README.md"), "not a case").unwrap();
+    std::fs::write(dir.path().join(".tmp-half.safetensors"), "being written").unwrap();
     let folder = load_folder(dir.path(), &DEFAULT_FOLDER_SPLITS, None, LIMIT).unwrap();
     assert!(folder.bad.is_empty(), "{:?}", folder.bad);
     let names: Vec<&str> = folder.cases.iter().map(|c| c.name.as_str()).collect();
