@@ -6,7 +6,8 @@ Inkling attention layer (`vllm/models/inkling/nvidia/attention.py`, `InklingAtte
 calls. From
 
   * an unpacked vLLM wheel: `RELATTN_VLLM_ROOT=<folder holding the wheel's vllm/>` (see
-    fetch_vllm.sh). The module is imported from there with small stand-ins in `sys.modules` for
+    fetch_vllm.sh), or a clone of vLLM's repository (any branch or pull request: the op's file
+    is at the same place in the repository as in the wheel; its version is `git describe`). The module is imported from there with small stand-ins in `sys.modules` for
     the vLLM modules it imports (`vllm.platforms`, `vllm.distributed`,
     `vllm.model_executor.warmup.jit_warmup`, `vllm.utils.torch_utils`, `vllm.config`), bare
     packages for `vllm` and the folders above the op (their `__init__`s import half of vLLM),
@@ -61,6 +62,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 import types
 import typing
@@ -282,8 +284,26 @@ def load_from_root(root):
             del sys.modules["torch"]
 
 
+def is_source_checkout(root):
+    """Whether `root` is a clone of vLLM's repository (its `.git`) rather than an unpacked wheel.
+    The op's file is at the same place in both: vllm/models/inkling/nvidia/ops/."""
+    return os.path.exists(os.path.join(root, ".git"))
+
+
+def git_describe(root):
+    """`git describe --tags --always --dirty` of a source checkout at `root`, or None."""
+    try:
+        done = subprocess.run(["git", "-C", root, "describe", "--tags", "--always", "--dirty"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    described = done.stdout.strip()
+    return f"git {described}" if done.returncode == 0 and described else None
+
+
 def root_version(root):
-    """The version of the vLLM under `root` (vllm/_version.py or its dist-info), or None."""
+    """The version of the vLLM under `root` (vllm/_version.py or its dist-info, which a build
+    writes; in a source checkout that was never built, `git describe`), or None."""
     try:
         with open(os.path.join(root, "vllm", "_version.py"), encoding="utf-8") as f:
             match = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", f.read())
@@ -295,7 +315,7 @@ def root_version(root):
         match = re.fullmatch(r"vllm-(.+)\.dist-info", entry)
         if match:
             return match.group(1)
-    return None
+    return git_describe(root) if is_source_checkout(root) else None
 
 
 class OpModule:
@@ -310,7 +330,8 @@ def load_op(root=None):
     root = root or os.environ.get("RELATTN_VLLM_ROOT")
     if root:
         try:
-            return OpModule(load_from_root(root), f"unpacked wheel at {os.path.abspath(root)}, stand-ins",
+            kind = "source checkout" if is_source_checkout(root) else "unpacked wheel"
+            return OpModule(load_from_root(root), f"{kind} at {os.path.abspath(root)}, stand-ins",
                             root_version(root))
         except Exception as e:
             return OpModule(error=f"cannot load {OP_MODULE} from {root}: {type(e).__name__}: {e}")

@@ -26,3 +26,4 @@ mod cli_route;
 mod cli_run;
 mod cli_worker;
 mod gpu_verdicts;
+mod vllm_releases;
