@@ -77,7 +77,7 @@ fn the_nightly_vllm_job_refuses_a_release_that_is_no_version() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("is not a release number"), "{err}");
-    for script in ["ci/nightly-vllm.sh"] {
+    for script in ["ci/nightly-vllm.sh", "ci/gpu-cases.sh"] {
         let syntax = Command::new("bash")
             .arg("-n")
             .arg(repo().join(script))
