@@ -51,7 +51,8 @@ File names: `<pid>-<call>_<reasons>_b<B>_t<T>_h<H>kv<Hkv>_page<P>_<dtype>.safete
 
     python3 capture.py output FILE --output OUT.safetensors
 
-writes a captured file's `captured_out` as an output file (tensor `out`), so that
+writes a captured file's `captured_out` as an output file (tensor `out`, F32, the values exact;
+rows past cu_seqlens_q[B], padding, as NaN), so that
 `relattn judge --input FILE --output OUT.safetensors` tells whether the op's output at capture
 time was within the tolerance of relattn's reference.
 
@@ -69,14 +70,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
-from relattn_worker import Case, log, read_safetensors, write_case, write_safetensors  # noqa: E402
+from relattn_worker import (  # noqa: E402
+    Case, bf16_bits_to_f32, log, read_safetensors, write_case, write_out)
 
 OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
 OP_CLASS = "InklingFA4RelAttentionKernel"
 # torch dtype name -> case-file dtype.
 DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 ITEM_SIZE = {"BF16": 2, "F16": 2, "F32": 4}
-REASONS = ("every_nth", "first_per_shape", "nonfinite_output")
 
 
 def _log(message):
@@ -354,13 +355,16 @@ class Capture:
 
 def _copyable(args):
     """Whether the call's tensors have data to copy: not fake (vLLM compiles kernels under
-    FakeTensorMode) and no CUDA graph being captured (a copy would break the capture)."""
+    FakeTensorMode), no CUDA graph being captured (a copy would break the capture) and no
+    torch.compile tracing the call."""
     q = args.get("q")
     if not is_torch(q):
         return True
     try:
         import torch
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return False
+        if getattr(torch, "compiler", None) is not None and torch.compiler.is_compiling():
             return False
         from torch._subclasses.fake_tensor import is_fake
         return not any(is_fake(args[k]) for k in ("q", "key_cache", "value_cache", "rel_logits"))
@@ -508,8 +512,16 @@ def main(argv=None):
         sys.exit(f"capture.py: {args.file} has no tensor `captured_out` (captured with "
                  "RELATTN_CAPTURE_OUTPUT=0?)")
     dtype, shape, raw = tensors["captured_out"]
-    write_safetensors(args.output, {"out": (dtype, np.frombuffer(raw, dtype=np.uint8).view(
-        {"BF16": "<u2", "F16": "<f2", "F32": "<f4"}[dtype]).reshape(shape))})
+    if dtype == "BF16":
+        out = bf16_bits_to_f32(np.frombuffer(raw, dtype="<u2"))
+    else:
+        out = np.frombuffer(raw, dtype={"F16": "<f2", "F32": "<f4"}[dtype]).astype(np.float32)
+    out = out.reshape(shape)
+    # Rows past cu_seqlens_q[B] are padding: the op must not write them, and what its buffer held
+    # there before is not known, so they are NaN, as `judge` expects of an output.
+    real = int(np.frombuffer(tensors["cu_seqlens_q"][2], dtype="<i4")[-1])
+    out[real:] = np.nan
+    write_out(args.output, out)
 
 
 if __name__ == "__main__":

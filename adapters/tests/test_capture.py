@@ -169,9 +169,9 @@ class Capturing(TempDir):
         capture.main(["output", c.written[0], "--output", self.path("out.safetensors")])
         tensors, _ = read_safetensors(self.path("out.safetensors"))
         dtype, shape, raw = tensors["out"]
-        self.assertEqual((dtype, shape), ("F16", list(out.shape)))
-        np.testing.assert_array_equal(np.frombuffer(raw, "<f2").astype(np.float32).reshape(shape),
-                                      out.astype(np.float16).astype(np.float32))
+        self.assertEqual((dtype, shape), ("F32", list(out.shape)))
+        np.testing.assert_array_equal(np.frombuffer(raw, "<f4").reshape(shape),
+                                      out.astype(np.float32))
 
 
 @unittest.skipUnless(ROOT, NO_ROOT)

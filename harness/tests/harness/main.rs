@@ -11,6 +11,7 @@ mod python;
 mod bad_inputs;
 mod ci_config;
 mod cli_bench;
+mod cli_capture;
 mod cli_cases;
 mod cli_exec;
 mod cli_judge;
