@@ -363,7 +363,7 @@ fn load_folder(
     let lines: Vec<String> = folder
         .bad
         .iter()
-        .map(|b| format!("  {}: {}", b.relative, b.reason))
+        .map(|b| format!("  {}: {}", one_line(&b.relative), one_line(&b.reason)))
         .collect();
     if !folder.bad.is_empty() {
         let head = format!(
@@ -373,7 +373,8 @@ fn load_folder(
         );
         if !keep_going {
             return Err(crate::exit::usage(format!(
-                "{head} (nothing was run; fix or remove them, or give --keep-going to run the \
+                "{head} (nothing was run; fix or remove them, or give --keep-going \
+                 (RELATTN_KEEP_GOING=1 under cargo test) to run the \
                  others):\n{}",
                 lines.join("\n")
             )));
@@ -400,4 +401,18 @@ fn load_folder(
         None => (folder.cases, folder.bad),
     };
     Ok((cases.into_iter().map(Arc::new).collect(), bad))
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`): a file name holding a newline
+/// stays on its line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
