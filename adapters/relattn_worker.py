@@ -7,7 +7,8 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
 
   Unsupported             raise it in run/route: the answer is status "unsupported"
   Case, read_case(path)   a case file: float32 arrays of the stored values, int32 indices
-  write_case(path, case)  the inverse (tests build case files with it)
+  write_case(path, case)  the inverse (tests and capture.py build case files with it; extra
+                          metadata and tensors beside the case's own, which readers ignore)
   write_out(path, array)  the output file: one F32 tensor `out` [T, H, D], atomically replaced
   Worker                  name, version, paths, split_paths, device, capability; run, route
   serve(worker)           the protocol loop: answers on the real stdout, everything printed
@@ -352,11 +353,17 @@ def read_case(path):
     return case
 
 
-def write_case(path, case):
-    """Write `case` as a case file (format v1); the float tensors are stored in `case.dtype`."""
+def write_case(path, case, extra_metadata=None, extra_tensors=None):
+    """Write `case` as a case file (format v1); the float tensors are stored in `case.dtype`.
+    `extra_metadata` ({name: text}) and `extra_tensors` ({name: float array}, stored in the case
+    dtype) are written beside the case's own; readers of the format ignore them."""
     case.validate(where=str(path))
-    floats = {name: (case.dtype, _encode_floats(getattr(case, name), case.dtype))
-              for name in ("q", "key_cache", "value_cache", "rel_logits")}
+    named = {name: getattr(case, name) for name in ("q", "key_cache", "value_cache", "rel_logits")}
+    for name, array in (extra_tensors or {}).items():
+        if name in named or name in ("block_table", "seqused_k", "cu_seqlens_q"):
+            raise ValueError(f"extra tensor `{name}` would replace the case's own")
+        named[name] = array
+    floats = {name: (case.dtype, _encode_floats(array, case.dtype)) for name, array in named.items()}
     ints = {name: ("I32", np.asarray(getattr(case, name), dtype="<i4"))
             for name in ("block_table", "seqused_k", "cu_seqlens_q")}
     meta = {"format_version": FORMAT_VERSION, "softmax_scale": repr(float(case.softmax_scale)),
@@ -366,6 +373,10 @@ def write_case(path, case):
         meta["case_id"] = str(case.case_id)
     if case.seed is not None:
         meta["seed"] = str(case.seed)
+    for key, value in (extra_metadata or {}).items():
+        if key in meta:
+            raise ValueError(f"extra metadata `{key}` would replace the case's own")
+        meta[key] = str(value)
     write_safetensors(path, {**floats, **ints}, meta)
 
 

@@ -6,7 +6,8 @@ Inkling attention layer (`vllm/models/inkling/nvidia/attention.py`, `InklingAtte
 calls. From
 
   * an unpacked vLLM wheel: `RELATTN_VLLM_ROOT=<folder holding the wheel's vllm/>` (see
-    fetch_vllm.sh). The module is imported from there with small stand-ins in `sys.modules` for
+    fetch_vllm.sh), or a clone of vLLM's repository (any branch or pull request: the op's file
+    is at the same place in the repository as in the wheel; its version is `git describe`). The module is imported from there with small stand-ins in `sys.modules` for
     the vLLM modules it imports (`vllm.platforms`, `vllm.distributed`,
     `vllm.model_executor.warmup.jit_warmup`, `vllm.utils.torch_utils`, `vllm.config`), bare
     packages for `vllm` and the folders above the op (their `__init__`s import half of vLLM),
@@ -44,7 +45,13 @@ request's pages set to 0, `window_size = (window_left, 0)` on local layers and `
 global ones, `causal=True`. Without torch, CUDA, cutlass or the op, `hello` still answers and
 every `run` answers `unsupported` with the import error.
 
-Environment: RELATTN_VLLM_ROOT as above; FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED defaults to 1.
+Capture: with RELATTN_CAPTURE_DIR set, the op is wrapped by capture.py as it is loaded, and the
+inputs of the calls its rules select (RELATTN_CAPTURE_*) are written there as case files, which
+`relattn run --cases DIR` runs; `hello`'s version says so.
+
+Environment: RELATTN_VLLM_ROOT as above (an unpacked wheel or a source checkout: the op file is
+at the same place in both); RELATTN_CAPTURE_* as above; FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED
+defaults to 1.
 """
 
 import argparse
@@ -55,6 +62,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 import types
 import typing
@@ -299,8 +307,26 @@ def load_from_root(root, source=NVIDIA_OP):
             del sys.modules["torch"]
 
 
+def is_source_checkout(root):
+    """Whether `root` is a clone of vLLM's repository (its `.git`) rather than an unpacked wheel.
+    The op's file is at the same place in both: vllm/models/inkling/nvidia/ops/."""
+    return os.path.exists(os.path.join(root, ".git"))
+
+
+def git_describe(root):
+    """`git describe --tags --always --dirty` of a source checkout at `root`, or None."""
+    try:
+        done = subprocess.run(["git", "-C", root, "describe", "--tags", "--always", "--dirty"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    described = done.stdout.strip()
+    return f"git {described}" if done.returncode == 0 and described else None
+
+
 def root_version(root):
-    """The version of the vLLM under `root` (vllm/_version.py or its dist-info), or None."""
+    """The version of the vLLM under `root` (vllm/_version.py or its dist-info, which a build
+    writes; in a source checkout that was never built, `git describe`), or None."""
     try:
         with open(os.path.join(root, "vllm", "_version.py"), encoding="utf-8") as f:
             match = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", f.read())
@@ -312,7 +338,7 @@ def root_version(root):
         match = re.fullmatch(r"vllm-(.+)\.dist-info", entry)
         if match:
             return match.group(1)
-    return None
+    return git_describe(root) if is_source_checkout(root) else None
 
 
 class OpModule:
@@ -328,8 +354,9 @@ def load_op(root=None, source=NVIDIA_OP):
     root = root or os.environ.get("RELATTN_VLLM_ROOT")
     if root:
         try:
+            kind = "source checkout" if is_source_checkout(root) else "unpacked wheel"
             return OpModule(load_from_root(root, source),
-                            f"unpacked wheel at {os.path.abspath(root)}, stand-ins", root_version(root))
+                            f"{kind} at {os.path.abspath(root)}, stand-ins", root_version(root))
         except Exception as e:
             return OpModule(error=f"cannot load {source.module} from {root}: {type(e).__name__}: {e}")
     try:
@@ -495,9 +522,25 @@ class VllmWorker(Worker):
                         else f"vllm not loaded ({self.op.error})")
         if self.op.error:
             log(f"vllm_worker: {self.op.error}")
+        self.capture = self._install_capture()
+        if self.capture is not None:
+            self.version += f"; capturing the op's inputs to {self.capture.settings.directory}"
         self.torch, self.gpu_error = None, None
         self.kernel_errors = {}
         self._probe_gpu()
+
+    def _install_capture(self):
+        """With RELATTN_CAPTURE_DIR set, wrap the loaded op with capture.py (every call this
+        worker makes goes through `InklingFA4RelAttentionKernel.kernel`); None otherwise, or
+        when capture cannot be installed (logged: the worker runs on without it)."""
+        if self.op.error or not os.environ.get("RELATTN_CAPTURE_DIR", "").strip():
+            return None
+        try:
+            import capture
+            return capture.install(self.op.module, vllm_version=self.op.version)
+        except Exception as e:
+            log(f"vllm_worker: capture not installed: {type(e).__name__}: {e}")
+            return None
 
     def _probe_gpu(self):
         """torch, a CUDA device and cutlass, or the reason why runs are unsupported."""

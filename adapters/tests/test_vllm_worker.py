@@ -4,6 +4,8 @@ layout and arguments it builds for the op, and its answers where nothing can run
 
 import functools
 import os
+import shutil
+import subprocess
 import sys
 import types
 import unittest
@@ -138,6 +140,40 @@ class VllmRouting(unittest.TestCase):
             self.assertEqual(answer, {"ok": True, "id": 5, "path": "sheared_bias", "rejected": False,
                                       "reason": None, "num_splits": 128})
             self.assertEqual(w.ask({"op": "route", "cc": "x", "shape": SHAPE})["status"], "error")
+        finally:
+            w.close()
+
+
+@unittest.skipUnless(ROOT, NO_ROOT)
+@unittest.skipUnless(shutil.which("git"), "git is not installed")
+class SourceCheckout(TempDir):
+    """A clone of vLLM's repository as RELATTN_VLLM_ROOT: the op's file is where the wheel has
+    it, there is no _version.py (a build writes it) and no dist-info; the version is git's."""
+
+    def make_checkout(self):
+        checkout = self.path("vllm-checkout")
+        shutil.copytree(os.path.join(ROOT, "vllm"), os.path.join(checkout, "vllm"),
+                        ignore=shutil.ignore_patterns("_version.py", "__pycache__"))
+        with open(os.path.join(checkout, "pyproject.toml"), "w") as f:
+            f.write("[project]\nname = \"vllm\"\n")
+        git = lambda *a: subprocess.run(["git", "-C", checkout, *a], check=True, capture_output=True,
+                                        env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+                                                 GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t"))
+        git("init", "-q")
+        git("add", "-A")
+        git("commit", "-q", "-m", "a pull request's head")
+        git("tag", "v0.34.1.dev1")
+        return checkout
+
+    def test_the_worker_loads_the_op_from_a_checkout(self):
+        checkout = self.make_checkout()
+        w = WorkerProcess("vllm_worker.py", env={"RELATTN_VLLM_ROOT": checkout})
+        try:
+            hello = w.ask({"op": "hello", "protocol": 1})
+            self.assertIn("vllm git v0.34.1.dev1 (source checkout at", hello["version"])
+            answer = w.ask({"op": "route", "id": 1, "cc": "10.3", "shape": SHAPE})
+            self.assertEqual(answer, {"ok": True, "id": 1, "path": "sheared_bias", "rejected": False,
+                                      "reason": None, "num_splits": 128})
         finally:
             w.close()
 

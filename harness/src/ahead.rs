@@ -37,7 +37,7 @@ impl Ahead {
         let cases = cases
             .into_iter()
             .map(|c| {
-                let bytes = c.spec.size().map_or(0, |s| s.bytes());
+                let bytes = c.bytes();
                 (c, bytes)
             })
             .collect();

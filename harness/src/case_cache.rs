@@ -77,7 +77,7 @@ impl CaseCache {
         let mut h = Sha256::new();
         for part in [
             case.id.as_str(),
-            &serde_json::to_string(&case.spec).unwrap_or_default(),
+            &serde_json::to_string(&case.spec()).unwrap_or_default(),
             FORMAT_VERSION,
             &self.build,
         ] {
@@ -113,13 +113,16 @@ impl CaseCache {
 
     /// Keeps `problem` as `case`'s entry (unless it is too large), then trims the directory.
     pub fn store(&self, case: &Case, problem: &Problem) {
-        let small = case.spec.size().is_ok_and(|s| s.bytes() <= MAX_ENTRY_BYTES);
+        // Generated cases only: a case file is on disk already.
+        let small = case
+            .spec()
+            .is_some_and(|s| s.size().is_ok_and(|s| s.bytes() <= MAX_ENTRY_BYTES));
         if !small || fs::create_dir_all(&self.dir).is_err() {
             return;
         }
         let meta = CaseMeta {
             case_id: Some(case.id.clone()),
-            seed: Some(case.spec.seed),
+            seed: Some(case.seed()),
             ..CaseMeta::of(problem)
         };
         if write_case(self.path(case), problem, &meta).is_ok() {
@@ -212,7 +215,7 @@ mod tests {
         let case = smoke_case(0);
         assert!(cache.load(&case).is_none());
         assert_eq!((cache.hits(), cache.misses()), (0, 1));
-        let problem = gen::generate(&case.spec).unwrap();
+        let problem = gen::generate(case.spec().unwrap()).unwrap();
         cache.store(&case, &problem);
         let back = cache.load(&case).expect("a hit after the store");
         assert_eq!((cache.hits(), cache.misses()), (1, 1));
@@ -227,10 +230,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = CaseCache::new(dir.path(), "build 1");
         let case = smoke_case(0);
-        cache.store(&case, &gen::generate(&case.spec).unwrap());
+        cache.store(&case, &gen::generate(case.spec().unwrap()).unwrap());
         assert!(CaseCache::new(dir.path(), "build 2").load(&case).is_none());
         let mut reseeded = case.clone();
-        reseeded.spec.seed += 1;
+        if let relattn_matrices::CaseSource::Spec(spec) = &mut reseeded.source {
+            spec.seed += 1;
+        }
         assert!(cache.load(&reseeded).is_none());
         assert_ne!(cache.path(&case), cache.path(&reseeded));
     }
@@ -250,8 +255,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = CaseCache::new(dir.path(), "build 1");
         let (a, b) = (smoke_case(0), smoke_case(1));
-        cache.store(&a, &gen::generate(&a.spec).unwrap());
-        cache.store(&b, &gen::generate(&b.spec).unwrap());
+        cache.store(&a, &gen::generate(a.spec().unwrap()).unwrap());
+        cache.store(&b, &gen::generate(b.spec().unwrap()).unwrap());
         let old = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1);
         fs::File::options()
             .write(true)

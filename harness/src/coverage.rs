@@ -195,7 +195,9 @@ fn features(
     if !page.is_power_of_two() {
         f.push(Feature::PageNotPow2);
     }
-    f.push(Feature::Regime(case.spec.inputs));
+    if let Some(spec) = case.spec() {
+        f.push(Feature::Regime(spec.inputs));
+    }
     f
 }
 
@@ -203,7 +205,14 @@ fn features(
 pub fn of_cases(cases: &[Case]) -> Coverage {
     let mut cov = Coverage::default();
     for case in cases {
-        let g = match Geometry::of_spec(&case.spec) {
+        let Some(spec) = case.spec() else {
+            cov.unplanned.push(format!(
+                "case {}: a case file (coverage plans generated cases)",
+                case.id
+            ));
+            continue;
+        };
+        let g = match Geometry::of_spec(spec) {
             Ok(g) => g,
             Err(e) => {
                 cov.unplanned.push(format!("case {}: {e}", case.id));

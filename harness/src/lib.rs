@@ -5,6 +5,7 @@ pub mod args;
 pub mod bench;
 pub mod case_by_id;
 pub mod case_cache;
+pub mod case_set;
 pub mod cmd;
 pub mod coverage;
 pub mod engine;

@@ -1,13 +1,14 @@
-//! A session: the matrices, the GPU decision and the trial list, shared by `relattn run` and
-//! the `cargo test` harness. The GPU decision comes first and the executor (the only thing that
+//! A session: the cases (a matrix or a case folder), the GPU decision and the trial list, shared
+//! by `relattn run` and the `cargo test` harness. The GPU decision comes first and the executor (the only thing that
 //! compiles kernels or touches device memory) is created last, only for a usable device.
 
+use crate::case_set::CaseSet;
 use crate::engine::Runners;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
 use crate::runner::Runner;
 use crate::trial_list::{
-    check_trial_count, gpu_trials, reference_trials, routing_trials, worker_trial_count,
-    worker_trials, BoundsCheck, PathSelection, Trial,
+    bad_file_trials, check_trial_count, gpu_trials, reference_trials, routing_trials,
+    worker_trial_count, worker_trials, BoundsCheck, PathSelection, Trial,
 };
 use crate::worker::{self, WorkerRunner, WorkerSpec};
 use anyhow::Context;
@@ -18,8 +19,9 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
-    /// Tier or file of the GPU trials; None: `ci` with a GPU, `smoke` without.
-    pub gpu_matrix: Option<String>,
+    /// The cases of the GPU trials (a matrix or a case folder); None: the `ci` tier with a
+    /// GPU, `smoke` without.
+    pub gpu_cases: Option<CaseSet>,
     /// Tier or file of the reference self-checks; None: the GPU matrix.
     pub selfcheck_matrix: Option<String>,
     pub paths: PathSelection,
@@ -42,14 +44,17 @@ pub struct SessionOptions {
 }
 
 impl SessionOptions {
-    /// `cargo test`: self-checks on smoke; GPU tier from `RELATTN_MATRIX`; workers from
-    /// `RELATTN_IMPL` (names, comma-separated) and `RELATTN_WORKER` (one command line).
+    /// `cargo test`: self-checks on smoke; GPU tier from `RELATTN_MATRIX`, or a case folder from
+    /// `RELATTN_CASES` (with `RELATTN_SPLITS` and `RELATTN_KEEP_GOING=1` as `run`'s `--splits`
+    /// and `--keep-going`); workers from `RELATTN_IMPL` (names, comma-separated) and
+    /// `RELATTN_WORKER` (one command line).
     pub fn for_cargo_test() -> anyhow::Result<SessionOptions> {
-        let var = |name| {
-            std::env::var(name)
-                .ok()
-                .filter(|s: &String| !s.trim().is_empty())
-        };
+        SessionOptions::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// `for_cargo_test` with the environment given (`lookup` of a variable's name).
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<SessionOptions> {
+        let var = |name| lookup(name).filter(|s: &String| !s.trim().is_empty());
         let impls: Vec<String> = var("RELATTN_IMPL").into_iter().collect();
         let commands: Vec<String> = var("RELATTN_WORKER").into_iter().collect();
         let workers = worker::specs(&impls, &commands).map_err(crate::exit::usage)?;
@@ -66,10 +71,27 @@ impl SessionOptions {
                 .and_then(worker::timeout),
         }
         .map_err(crate::exit::usage)?;
+        let gpu_cases = match (var("RELATTN_MATRIX"), var("RELATTN_CASES")) {
+            (Some(_), Some(_)) => {
+                return Err(crate::exit::usage(
+                    "RELATTN_MATRIX and RELATTN_CASES are both set: a run takes a matrix or a \
+                     case folder, not both",
+                ))
+            }
+            (Some(m), None) => Some(CaseSet::Matrix(m)),
+            (None, Some(dir)) => Some(CaseSet::Folder {
+                dir: dir.into(),
+                splits: match var("RELATTN_SPLITS") {
+                    Some(s) => relattn_matrices::parse_splits(&s)
+                        .map_err(|e| crate::exit::usage(format!("RELATTN_SPLITS: {e}")))?,
+                    None => relattn_matrices::DEFAULT_FOLDER_SPLITS.to_vec(),
+                },
+                keep_going: var("RELATTN_KEEP_GOING").is_some_and(|v| v != "0"),
+            }),
+            (None, None) => None,
+        };
         Ok(SessionOptions {
-            gpu_matrix: std::env::var("RELATTN_MATRIX")
-                .ok()
-                .filter(|s| !s.is_empty()),
+            gpu_cases,
             selfcheck_matrix: Some("smoke".into()),
             paths: PathSelection::All,
             bounds: None,
@@ -97,9 +119,10 @@ pub trait ExecutorFactory {
 
 pub struct Session {
     pub status: GpuStatus,
-    pub gpu_matrix: String,
+    /// Where the GPU trials' cases come from.
+    pub set: CaseSet,
     pub trials: Vec<Trial>,
-    /// Cases of the GPU matrix (after shard and filter).
+    /// Cases of the GPU trials (after shard and filter).
     pub cases: Vec<Arc<Case>>,
     executor: Option<Box<dyn Runner>>,
     /// The workers, started and greeted, in `SessionOptions::workers` order.
@@ -127,18 +150,28 @@ impl Session {
         factory: &dyn ExecutorFactory,
     ) -> anyhow::Result<Session> {
         let status = detect(source, libs_present, &opts.devices);
-        let gpu_matrix = opts.gpu_matrix.clone().unwrap_or_else(|| {
-            if matches!(status, GpuStatus::Ready { .. }) {
-                "ci".into()
-            } else {
-                "smoke".into()
-            }
-        });
+        let gpu_usable = matches!(status, GpuStatus::Ready { .. });
+        let set = opts
+            .gpu_cases
+            .clone()
+            .unwrap_or_else(|| CaseSet::Matrix(if gpu_usable { "ci" } else { "smoke" }.into()));
         let bounds = opts
             .bounds
-            .unwrap_or_else(|| BoundsCheck::default_for(&gpu_matrix));
-        let gpu_usable = matches!(status, GpuStatus::Ready { .. });
-        let (cases, mut too_large) = load_cases(&gpu_matrix, opts, gpu_usable)?;
+            .unwrap_or_else(|| BoundsCheck::default_for(&set.name()));
+        let (cases, mut too_large, bad_files) = match &set {
+            CaseSet::Matrix(m) => {
+                let (cases, too_large) = load_cases(m, opts, gpu_usable)?;
+                (cases, too_large, Vec::new())
+            }
+            CaseSet::Folder {
+                dir,
+                splits,
+                keep_going,
+            } => {
+                let (cases, bad) = load_folder(dir, splits, *keep_going, opts)?;
+                (cases, TooLarge::new(), bad)
+            }
+        };
         let mut trials = routing_trials();
         let mut status = status;
         let mut executor = None;
@@ -162,7 +195,7 @@ impl Session {
         let gpu_run = matches!(status, GpuStatus::Ready { .. });
         if opts.self_checks.unwrap_or(!gpu_run) {
             let self_cases = match &opts.selfcheck_matrix {
-                Some(m) if *m != gpu_matrix => {
+                Some(m) if CaseSet::Matrix(m.clone()) != set => {
                     let (cases, more) = load_cases(m, opts, gpu_usable)?;
                     too_large.extend(more);
                     cases
@@ -186,6 +219,7 @@ impl Session {
         check_trial_count(trials.len() as u64, worker_trial_count(&cases, &info))
             .map_err(crate::exit::usage)?;
         trials.extend(worker_trials(&cases, &info));
+        trials.extend(bad_file_trials(&bad_files));
         // Without a usable GPU, a case too large for this machine is not refused: its trials
         // (GPU ones skip anyway) say it needs a larger host.
         for t in &mut trials {
@@ -199,9 +233,14 @@ impl Session {
         }
         if trials.is_empty() && (opts.filter.is_some() || opts.only.is_some()) {
             return Err(crate::exit::usage(format!(
-                "no trial of matrix `{gpu_matrix}` is selected{}",
+                "no trial of {} is selected{}",
+                match &set {
+                    CaseSet::Matrix(m) => format!("matrix `{m}`"),
+                    CaseSet::Folder { dir, .. } => format!("case folder {}", dir.display()),
+                },
                 if opts.only.is_some() {
-                    ": none of the trials to run again is in this run (give the run's own --matrix, --paths and workers)"
+                    ": none of the trials to run again is in this run (give the run's own \
+                     --matrix or --cases, --splits, --paths and workers)"
                 } else {
                     " by --filter"
                 }
@@ -213,7 +252,7 @@ impl Session {
             .collect();
         Ok(Session {
             status,
-            gpu_matrix,
+            set,
             trials,
             cases,
             executor,
@@ -301,4 +340,79 @@ fn load_cases(
         }
     }
     Ok((cases.into_iter().map(Arc::new).collect(), too_large))
+}
+
+/// The cases of the case folder `dir` with the session's shard and case selection, and its
+/// invalid files. An invalid file refuses the run (naming every one, one a line) unless
+/// `keep_going`; then each is listed here and becomes a skipped trial.
+fn load_folder(
+    dir: &std::path::Path,
+    splits: &[relattn_matrices::SplitSetting],
+    keep_going: bool,
+    opts: &SessionOptions,
+) -> anyhow::Result<(Vec<Arc<Case>>, Vec<relattn_matrices::BadFile>)> {
+    let limit = relattn_reference::limits::max_case_bytes();
+    let folder = relattn_matrices::load_folder(dir, splits, opts.case.as_deref(), limit)
+        .map_err(|e| crate::exit::usage(e.to_string()))?;
+    let shown = dir.display();
+    for (file, first) in &folder.duplicates {
+        eprintln!(
+            "relattn: case folder {shown}: {file} holds the bytes of {first}: run once, as {first}"
+        );
+    }
+    let lines: Vec<String> = folder
+        .bad
+        .iter()
+        .map(|b| format!("  {}: {}", one_line(&b.relative), one_line(&b.reason)))
+        .collect();
+    if !folder.bad.is_empty() {
+        let head = format!(
+            "case folder {shown}: {} of {} case files are not valid",
+            folder.bad.len(),
+            folder.bad.len() + folder.cases.len() + folder.duplicates.len()
+        );
+        if !keep_going {
+            return Err(crate::exit::usage(format!(
+                "{head} (nothing was run; fix or remove them, or give --keep-going \
+                 (RELATTN_KEEP_GOING=1 under cargo test) to run the \
+                 others):\n{}",
+                lines.join("\n")
+            )));
+        }
+        eprintln!(
+            "relattn: {head}; they are skipped (--keep-going):\n{}",
+            lines.join("\n")
+        );
+    }
+    if folder.cases.is_empty() {
+        return Err(crate::exit::usage(match &opts.case {
+            Some(prefix) => {
+                crate::case_by_id::no_case_message(&format!("case folder {shown}"), prefix)
+            }
+            None => format!("case folder {shown} holds no valid case file (*.safetensors)"),
+        }));
+    }
+    let (cases, bad) = match opts.shard {
+        // The invalid files' trials go to the first shard only: merged, each is there once.
+        Some(s) => (
+            s.select(&folder.cases),
+            if s.index == 1 { folder.bad } else { Vec::new() },
+        ),
+        None => (folder.cases, folder.bad),
+    };
+    Ok((cases.into_iter().map(Arc::new).collect(), bad))
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`): a file name holding a newline
+/// stays on its line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }

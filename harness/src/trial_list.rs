@@ -105,6 +105,9 @@ pub enum TrialKind {
         target: Target,
         split: SplitSetting,
     },
+    /// A file of a case folder that is not a valid case (`run --cases --keep-going`): always
+    /// ignored, with the reason.
+    BadFile,
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +132,7 @@ impl Trial {
             TrialKind::Routing(_) | TrialKind::RoutingUnknown => "routing".into(),
             TrialKind::Reference { .. } => "reference".into(),
             TrialKind::Gpu { target, .. } => target.label(),
+            TrialKind::BadFile => "case_file".into(),
         }
     }
 }
@@ -262,6 +266,20 @@ pub fn worker_trials(cases: &[Arc<Case>], workers: &[(usize, &Hello, &str)]) -> 
         }
     }
     out
+}
+
+/// The skipped trials of a case folder's invalid files, one each, with the reason.
+pub fn bad_file_trials(bad: &[relattn_matrices::BadFile]) -> Vec<Trial> {
+    bad.iter()
+        .map(|b| Trial {
+            name: b.trial_name(),
+            kind: TrialKind::BadFile,
+            ignore: Some(format!(
+                "not a valid case file: {}: {}",
+                b.relative, b.reason
+            )),
+        })
+        .collect()
 }
 
 /// How many trials `worker_trials` would make, counted without making them (saturating).

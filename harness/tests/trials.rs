@@ -1,7 +1,8 @@
 //! The `cargo test` harness (libtest-mimic): one trial per routing row, per reference self-check
 //! of the smoke tier, and per (case, path, split) GPU trial of the selected tier.
 //!
-//! `RELATTN_MATRIX` selects the GPU tier (default: `smoke` without a GPU, `ci` with one);
+//! `RELATTN_MATRIX` selects the GPU tier (default: `smoke` without a GPU, `ci` with one), or
+//! `RELATTN_CASES` a case folder (with `RELATTN_SPLITS` and `RELATTN_KEEP_GOING=1`);
 //! `RELATTN_FILTER` an expression of `relattn run --filter` (trials by name and parameters).
 //! Trials this machine cannot run are listed as ignored; the reasons are printed first.
 //!
@@ -157,7 +158,7 @@ fn main() -> ExitCode {
     if !args.list {
         eprintln!(
             "relattn trials: GPU tier `{}`; {}",
-            session.gpu_matrix,
+            session.set.name(),
             session.gpu_line()
         );
         for (reason, n) in &reasons {
@@ -190,7 +191,7 @@ fn main() -> ExitCode {
             if let Some(reason) = &t.ignore {
                 return not_run(reason, nextest);
             }
-            let row = run_trial(&t, &store, &session.runners(0), &session.gpu_matrix);
+            let row = run_trial(&t, &store, &session.runners(0), &session.set);
             match row.status {
                 Status::Pass => Ok(Completion::Completed),
                 Status::Skip => not_run(&row.message, nextest),

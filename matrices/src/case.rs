@@ -1,16 +1,20 @@
-//! `Case`: one generated problem of a matrix, with its trials' split settings, tolerance and
-//! the paths (or split settings) that are excluded for it.
+//! `Case`: one problem of a tier (generated from a matrix's spec, or read from a case file of a
+//! case folder), with its trials' split settings, tolerance and the paths (or split settings)
+//! that are excluded for it.
 
 use crate::layer::Layer;
 use relattn_reference::judge::Tolerance;
 use relattn_reference::limits::LimitError;
-use relattn_reference::{BatchShape, BiasMode, GenSpec, Inputs, PageMode, Window};
+use relattn_reference::{
+    BatchShape, BiasMode, CacheLayout, DType, GenSpec, Inputs, PageMode, Problem, Window,
+};
 use relattn_routing::PathId;
 use relattn_routing::SplitSetting;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::PathBuf;
 
 /// The letter every case id starts with, so that no spreadsheet or dataframe reads an id as a
 /// number (`394362e594` is a float to pandas, `c394362e594` is text).
@@ -20,17 +24,20 @@ pub const ID_PREFIX: &str = "c";
 /// chance near 2e-4 (and `expand` reports one rather than merging two cases).
 pub const ID_DIGITS: usize = 10;
 
-/// One case of a matrix: everything needed to generate it, run its trials and judge them.
+/// One case of a tier: everything needed to build its inputs, run its trials and judge them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Case {
-    /// `c` and a hash of the canonical parameters and seed (`case_id`).
+    /// `c` and a hash: of the canonical parameters and seed (`case_id`) for a generated case, of
+    /// the file's bytes (`file_case_id`) for a case file.
     pub id: String,
     /// `layer::heads[::dD]::pageP::layout::dtype::mix::bias::seedN[::extras]`, without the id;
-    /// regression cases start with their bug class.
+    /// regression cases start with their bug class; a case file's is its file's stem.
     pub name: String,
     pub tier: String,
+    /// The named batch mix (empty for a case file).
     pub mix: String,
-    pub spec: GenSpec,
+    /// Where the inputs come from.
+    pub source: CaseSource,
     /// Each GPU path runs one trial per setting.
     pub splits: Vec<SplitSetting>,
     /// Long cases: how many query rows the reference checks (`None`: all rows).
@@ -44,6 +51,86 @@ pub struct Case {
     pub regression: Option<String>,
 }
 
+/// Where a case's inputs come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CaseSource {
+    /// Generated from a spec (every case of a matrix).
+    Spec(GenSpec),
+    /// Read from a case file (every case of a case folder).
+    File(FileCase),
+}
+
+/// A case file of a case folder, as it was when the folder was read: the trials read it again
+/// and check that its bytes still hash to the case's id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileCase {
+    /// The file: the folder as given, joined with `relative`.
+    pub path: PathBuf,
+    /// Its path under the folder (the reports' `file` column).
+    pub relative: String,
+    pub facts: Facts,
+    /// The file's `seed` metadata.
+    pub seed: Option<u64>,
+    /// Bytes of its tensors in memory (`CaseSize::bytes`).
+    pub bytes: u64,
+}
+
+/// What a case is, whichever its source: the operator's parameters and the batch. The trial
+/// lists, the exclusion rules and the reports read these; nothing here needs the inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    pub dtype: DType,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rel_extent: usize,
+    /// -1 = global layer.
+    pub window_left: i64,
+    pub softmax_scale: f64,
+    pub page_size: usize,
+    pub layout: CacheLayout,
+    /// `(Lq_b, Lk_b)` per request.
+    pub requests: Vec<(usize, usize)>,
+    /// Rows after `cu_seqlens_q[B]`.
+    pub padding_rows: usize,
+}
+
+impl Facts {
+    /// A generated case's: the spec's own values.
+    pub fn of_spec(s: &GenSpec) -> Facts {
+        Facts {
+            dtype: s.dtype,
+            num_heads: s.num_heads,
+            num_kv_heads: s.num_kv_heads,
+            head_dim: s.head_dim,
+            rel_extent: s.rel_extent,
+            window_left: s.window_left,
+            softmax_scale: s.softmax_scale,
+            page_size: s.page_size,
+            layout: s.layout,
+            requests: s.requests.clone(),
+            padding_rows: s.padding_rows,
+        }
+    }
+
+    /// A case file's: those of the problem it holds.
+    pub fn of_problem(p: &Problem) -> Facts {
+        Facts {
+            dtype: p.dtype,
+            num_heads: p.num_heads,
+            num_kv_heads: p.num_kv_heads,
+            head_dim: p.head_dim,
+            rel_extent: p.rel_extent,
+            window_left: p.window_left,
+            softmax_scale: p.softmax_scale,
+            page_size: p.page_size,
+            layout: p.layout,
+            requests: p.requests().map(|r| (r.q_len, r.kv_len)).collect(),
+            padding_rows: p.total_rows() - p.real_rows(),
+        }
+    }
+}
+
 /// One (path, split) trial of a case and, when it cannot run, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrialPlan {
@@ -54,28 +141,72 @@ pub struct TrialPlan {
 }
 
 impl Case {
+    /// The spec a generated case is made from (None for a case file).
+    pub fn spec(&self) -> Option<&GenSpec> {
+        match &self.source {
+            CaseSource::Spec(spec) => Some(spec),
+            CaseSource::File(_) => None,
+        }
+    }
+
+    /// The case file a case folder's case is read from (None for a generated case).
+    pub fn file(&self) -> Option<&FileCase> {
+        match &self.source {
+            CaseSource::Spec(_) => None,
+            CaseSource::File(file) => Some(file),
+        }
+    }
+
+    /// The operator's parameters and the batch.
+    pub fn facts(&self) -> Facts {
+        match &self.source {
+            CaseSource::Spec(spec) => Facts::of_spec(spec),
+            CaseSource::File(file) => file.facts.clone(),
+        }
+    }
+
+    /// The seed of the inputs (a case file's `seed`, else 0: the rows `judge` samples by default).
+    pub fn seed(&self) -> u64 {
+        match &self.source {
+            CaseSource::Spec(spec) => spec.seed,
+            CaseSource::File(file) => file.seed.unwrap_or(0),
+        }
+    }
+
+    /// Bytes of the case's tensors in memory (0 for a spec out of range, which `check_bytes`
+    /// refuses).
+    pub fn bytes(&self) -> u64 {
+        match &self.source {
+            CaseSource::Spec(spec) => spec.size().map_or(0, |s| s.bytes()),
+            CaseSource::File(file) => file.bytes,
+        }
+    }
+
     pub fn layer(&self) -> Layer {
+        let f = self.facts();
         Layer {
-            extent: self.spec.rel_extent,
-            window_left: self.spec.window_left,
+            extent: f.rel_extent,
+            window_left: f.window_left,
         }
     }
 
     pub fn is_local(&self) -> bool {
-        Window::from_left(self.spec.window_left).is_local()
+        self.window().is_local()
+    }
+
+    fn window(&self) -> Window {
+        Window::from_left(self.facts().window_left)
     }
 
     pub fn batch(&self) -> usize {
-        self.spec.requests.len()
+        self.shape().batch()
     }
 
-    /// The batch's lengths and window, from the spec (nothing is generated): maxima, visible
-    /// pairs and FLOPs come from here.
+    /// The batch's lengths and window, from the facts (nothing is generated or read): maxima,
+    /// visible pairs and FLOPs come from here.
     pub fn shape(&self) -> BatchShape {
-        BatchShape::new(
-            self.spec.requests.clone(),
-            Window::from_left(self.spec.window_left),
-        )
+        let f = self.facts();
+        BatchShape::new(f.requests, Window::from_left(f.window_left))
     }
 
     /// `cu_seqlens_q[B]`.
@@ -85,7 +216,7 @@ impl Case {
 
     /// `T`: real and padding rows.
     pub fn total_rows(&self) -> usize {
-        self.real_rows() + self.spec.padding_rows
+        self.real_rows() + self.facts().padding_rows
     }
 
     pub fn max_query_len(&self) -> usize {
@@ -106,28 +237,36 @@ impl Case {
         self.shape().visible_pairs()
     }
 
-    /// Work of one full evaluation in FLOP (as `Problem::flops`), computed from the spec without
-    /// generating anything.
+    /// Work of one full evaluation in FLOP (as `Problem::flops`), computed from the facts
+    /// without generating or reading anything.
     pub fn flops(&self) -> f64 {
-        self.shape().flops(self.spec.num_heads, self.spec.head_dim)
+        let f = self.facts();
+        self.shape().flops(f.num_heads, f.head_dim)
     }
 
-    /// Elements of the K/V cache buffer (both K and V), as `generate` allocates it.
-    pub fn cache_elements(&self) -> u64 {
-        let page = self.spec.page_size.max(1);
-        let pages: usize = self.spec.requests.iter().map(|r| r.1.div_ceil(page)).sum();
-        let blocks = match self.spec.pages {
-            PageMode::Shuffled => 1 + pages + self.spec.spare_pages,
-            PageMode::AllZero => 1 + self.spec.spare_pages,
+    /// Elements of the K/V cache buffer (both K and V) `generate` allocates for a generated
+    /// case (None for a case file).
+    pub fn cache_elements(&self) -> Option<u64> {
+        let spec = self.spec()?;
+        let page = spec.page_size.max(1);
+        let pages: usize = spec.requests.iter().map(|r| r.1.div_ceil(page)).sum();
+        let blocks = match spec.pages {
+            PageMode::Shuffled => 1 + pages + spec.spare_pages,
+            PageMode::AllZero => 1 + spec.spare_pages,
         };
-        2 * (blocks * page * self.spec.num_kv_heads * self.spec.head_dim) as u64
+        Some(2 * (blocks * page * spec.num_kv_heads * spec.head_dim) as u64)
     }
 
     /// Refuse the case when, generated, it would take more than `limit` bytes in memory (the
     /// case-byte limit, `relattn_reference::limits::max_case_bytes`).
     pub fn check_bytes(&self, limit: u64) -> Result<(), LimitError> {
         let what = format!("case {} ({}) in memory", self.id, self.name);
-        self.spec.size()?.check_bytes(what, limit)
+        match &self.source {
+            CaseSource::Spec(spec) => spec.size()?.check_bytes(what, limit),
+            CaseSource::File(file) => {
+                relattn_reference::limits::check_bytes(what, file.bytes, limit)
+            }
+        }
     }
 
     /// The trial name of (path, split): `gpu::{path}::{name}::{split}::{id}`.
@@ -163,7 +302,7 @@ impl Case {
     }
 
     /// The names of `params`, in order (the keys a trial filter takes).
-    pub const PARAM_KEYS: [&'static str; 20] = [
+    pub const PARAM_KEYS: [&'static str; 21] = [
         "tier",
         "layer",
         "rel_extent",
@@ -184,37 +323,45 @@ impl Case {
         "splits",
         "sample_rows",
         "regression",
+        "file",
     ];
 
     /// The parameters as (column, value) pairs, for report columns and listings; their names
-    /// are `PARAM_KEYS`.
+    /// are `PARAM_KEYS`. What a source does not say is empty: a case file's bias and input
+    /// regime, a generated case's file.
     pub fn params(&self) -> Vec<(&'static str, String)> {
-        let s = &self.spec;
+        let f = self.facts();
+        let shape = self.shape();
         let splits: Vec<String> = self.splits.iter().map(|x| x.to_string()).collect();
+        let (bias, inputs, file) = match &self.source {
+            CaseSource::Spec(s) => (bias_name(s.bias), s.inputs.name(), ""),
+            CaseSource::File(file) => ("", "", file.relative.as_str()),
+        };
         vec![
             ("tier", self.tier.clone()),
             ("layer", self.layer().to_string()),
-            ("rel_extent", s.rel_extent.to_string()),
-            ("window_left", s.window_left.to_string()),
-            ("num_heads", s.num_heads.to_string()),
-            ("num_kv_heads", s.num_kv_heads.to_string()),
-            ("head_dim", s.head_dim.to_string()),
-            ("page_size", s.page_size.to_string()),
-            ("layout", s.layout.name().to_string()),
-            ("dtype", s.dtype.name().to_string()),
+            ("rel_extent", f.rel_extent.to_string()),
+            ("window_left", f.window_left.to_string()),
+            ("num_heads", f.num_heads.to_string()),
+            ("num_kv_heads", f.num_kv_heads.to_string()),
+            ("head_dim", f.head_dim.to_string()),
+            ("page_size", f.page_size.to_string()),
+            ("layout", f.layout.name().to_string()),
+            ("dtype", f.dtype.name().to_string()),
             ("mix", self.mix.clone()),
-            ("bias", bias_name(s.bias).to_string()),
-            ("inputs", s.inputs.name().to_string()),
-            ("batch", self.batch().to_string()),
-            ("max_query_len", self.max_query_len().to_string()),
-            ("max_kv_len", self.max_kv_len().to_string()),
-            ("padding_rows", s.padding_rows.to_string()),
+            ("bias", bias.to_string()),
+            ("inputs", inputs.to_string()),
+            ("batch", shape.batch().to_string()),
+            ("max_query_len", shape.max_query_len().to_string()),
+            ("max_kv_len", shape.max_kv_len().to_string()),
+            ("padding_rows", f.padding_rows.to_string()),
             ("splits", splits.join(" ")),
             (
                 "sample_rows",
                 self.sample_rows.map_or(String::new(), |n| n.to_string()),
             ),
             ("regression", self.regression.clone().unwrap_or_default()),
+            ("file", file.to_string()),
         ]
     }
 }
@@ -288,8 +435,17 @@ pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
 
 /// `ID_PREFIX`, then the first `ID_DIGITS` hex digits of the SHA-256 of the canonical form.
 pub fn case_id(spec: &GenSpec, sample_rows: Option<usize>) -> String {
-    let digest = Sha256::digest(canonical_form(spec, sample_rows).as_bytes());
-    let mut hex = hex::encode(digest);
+    id_of(canonical_form(spec, sample_rows).as_bytes())
+}
+
+/// A case file's id: `ID_PREFIX`, then the first `ID_DIGITS` hex digits of the SHA-256 of its
+/// bytes (`sha256sum FILE` prints them), so a file keeps its id when renamed or moved.
+pub fn file_case_id(bytes: &[u8]) -> String {
+    id_of(bytes)
+}
+
+fn id_of(bytes: &[u8]) -> String {
+    let mut hex = hex::encode(Sha256::digest(bytes));
     hex.truncate(ID_DIGITS);
     format!("{ID_PREFIX}{hex}")
 }

@@ -85,6 +85,10 @@ pub enum MatrixError {
         error: Box<relattn_reference::limits::LimitError>,
     },
 
+    /// A case folder that cannot be read as a whole (its files are judged one by one).
+    #[error("case folder {dir}: {message}")]
+    Folder { dir: String, message: String },
+
     #[error("bad shard `{value}`: {reason} (write K/N with 1 <= K <= N, e.g. 2/8)")]
     Shard { value: String, reason: String },
 }

@@ -1,4 +1,5 @@
-//! relattn-matrices: parameter axes as TOML tiers, expansion into cases, exclusions, ids, shards.
+//! relattn-matrices: parameter axes as TOML tiers, expansion into cases, exclusions, ids, shards,
+//! and case folders (a tier of case files, `folder`).
 //!
 //! A matrix file is a list of `[[group]]`s, each the cartesian product of its axes (layer,
 //! heads, head dim, page size, cache layout, dtype, named batch mix, bias mode, seed) with a list
@@ -11,6 +12,7 @@
 mod case;
 mod count;
 mod error;
+mod folder;
 mod group;
 mod layer;
 mod matrix;
@@ -19,11 +21,18 @@ mod rules;
 mod shard;
 mod tolerance;
 
-pub use case::{canonical_form, case_id, Case, TrialPlan, ID_DIGITS, ID_PREFIX};
+pub use case::{
+    canonical_form, case_id, file_case_id, Case, CaseSource, Facts, FileCase, TrialPlan, ID_DIGITS,
+    ID_PREFIX,
+};
 pub use count::{
     MAX_CASES, MAX_FORCED_SPLITS, MAX_MATRIX_FILE_BYTES, MAX_SPLIT_SETTINGS, MAX_TRIALS,
 };
 pub use error::MatrixError;
+pub use folder::{
+    load_folder, parse_splits, read_file_case, BadFile, Folder, DEFAULT_FOLDER_SPLITS,
+    FOLDER_TIER_PREFIX,
+};
 pub use layer::Layer;
 pub use matrix::{Expansion, Matrix, Skip};
 pub use mixes::{mix, Mix, MixShape, MIXES, REGRESSION_ONLY_MIXES};

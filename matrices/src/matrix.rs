@@ -1,6 +1,6 @@
 //! Matrix files: parsing, checking every value, and expansion into cases.
 
-use crate::case::{bias_name, canonical_form, case_id, Case};
+use crate::case::{bias_name, canonical_form, case_id, Case, CaseSource};
 use crate::count::{MAX_CASES, MAX_TRIALS};
 use crate::error::MatrixError;
 use crate::group::{check_group, Group, RawGroup};
@@ -133,8 +133,8 @@ impl Matrix {
                     continue;
                 };
                 let first = &mut cases[at];
-                let (a, b) = (&first.spec, &case.spec);
-                if canonical_form(a, first.sample_rows) != canonical_form(b, case.sample_rows) {
+                let form = |c: &Case| c.spec().map(|s| canonical_form(s, c.sample_rows));
+                if form(first) != form(&case) {
                     return Err(MatrixError::IdCollision {
                         file: self.origin.clone(),
                         id: case.id,
@@ -285,7 +285,7 @@ impl Matrix {
             tier: self.name.clone(),
             mix: a.mix.name.to_string(),
             tolerance: self.tolerances[&a.dtype],
-            spec,
+            source: CaseSource::Spec(spec),
             splits: g.splits.clone(),
             sample_rows,
             excluded: BTreeMap::new(),

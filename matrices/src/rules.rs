@@ -57,11 +57,9 @@ impl Rule {
     /// Case-level check: why the case breaks this rule (None: it does not, or the rule is
     /// about split settings).
     fn case_breaks(&self, case: &Case) -> Option<String> {
-        let s = &case.spec;
+        let dtype = case.facts().dtype;
         match &self.requirement {
-            Requirement::DTypes(list) => {
-                (!list.contains(&s.dtype)).then(|| format!("dtype {}", s.dtype))
-            }
+            Requirement::DTypes(list) => (!list.contains(&dtype)).then(|| format!("dtype {dtype}")),
             Requirement::ForcedSplitsDecodeOnly => None,
         }
     }
@@ -113,10 +111,11 @@ impl Rules {
     pub fn apply(&self, case: &mut Case) {
         case.excluded.clear();
         case.excluded_splits.clear();
+        let f = case.facts();
         let facts = PathCase {
-            rel_extent: case.spec.rel_extent,
-            window_left: case.spec.window_left,
-            head_dim: case.spec.head_dim,
+            rel_extent: f.rel_extent,
+            window_left: f.window_left,
+            head_dim: f.head_dim,
         };
         for path in PathId::ALL {
             let spec = path_spec(path);

@@ -85,10 +85,7 @@ pub fn shard(cases: &[Case], k: usize, n: usize) -> Vec<Case> {
     if n == 0 || k == 0 || k > n {
         return Vec::new();
     }
-    let mut ranked: Vec<(u64, &str)> = cases
-        .iter()
-        .map(|c| (c.spec.size().map_or(0, |s| s.bytes()), c.id.as_str()))
-        .collect();
+    let mut ranked: Vec<(u64, &str)> = cases.iter().map(|c| (c.bytes(), c.id.as_str())).collect();
     ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
     let dealt: HashMap<&str, usize> = ranked
         .iter()

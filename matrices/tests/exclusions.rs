@@ -53,7 +53,7 @@ fn sheared_bias_needs_a_128_multiple_extent() {
     let x = expand(text);
     for c in &x.cases {
         let excluded = c.excluded.get(&PathId::ShearedBias);
-        if c.spec.rel_extent == 1000 {
+        if c.spec().unwrap().rel_extent == 1000 {
             let reason = excluded.expect("E = 1000 excluded");
             assert!(
                 reason.contains("multiple of 128") && reason.contains("E = 1000"),
@@ -209,9 +209,9 @@ fn skips_follow_the_path_specs() {
         let x = relattn_matrices::load_tier(tier).unwrap().expand().unwrap();
         for c in &x.cases {
             let facts = PathCase {
-                rel_extent: c.spec.rel_extent,
-                window_left: c.spec.window_left,
-                head_dim: c.spec.head_dim,
+                rel_extent: c.spec().unwrap().rel_extent,
+                window_left: c.spec().unwrap().window_left,
+                head_dim: c.spec().unwrap().head_dim,
             };
             for t in c.trials() {
                 let spec = path_spec(t.path);

@@ -32,7 +32,7 @@ fn shards_are_disjoint_and_cover_the_tier() {
 }
 
 fn bytes(c: &Case) -> u64 {
-    c.spec.size().map_or(0, |s| s.bytes())
+    c.spec().unwrap().size().map_or(0, |s| s.bytes())
 }
 
 /// Dealt largest first, back and forth: the shards' bytes differ by at most the largest case's,

@@ -28,7 +28,7 @@ use safetensors::SafeTensorError;
 use std::path::PathBuf;
 use thiserror::Error;
 
-pub use case::{read_case, read_case_limited, write_case};
+pub use case::{parse_case, read_case, read_case_bytes_nofollow, read_case_limited, write_case};
 pub use impl_out::{read_impl_output, read_worker_output, write_impl_output};
 pub use output::{read_output, write_output};
 

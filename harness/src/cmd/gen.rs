@@ -135,7 +135,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let case = case_by_id::find(args.matrix.as_deref(), prefix)?;
             case.check_bytes(max_case_bytes())
                 .map_err(|e| usage(e.to_string()))?;
-            (case.spec.clone(), Some(case.id.clone()), Some(case))
+            let spec = case
+                .spec()
+                .cloned()
+                .ok_or_else(|| usage(format!("case {} is not generated from a spec", case.id)))?;
+            (spec, Some(case.id.clone()), Some(case))
         }
         None => {
             let spec = spec_of(&args)?;

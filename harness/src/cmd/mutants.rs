@@ -74,7 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for &path in mutant.paths().iter().filter(|&&p| Some(p) == only_path) {
             let started = Instant::now();
             let opts = SessionOptions {
-                gpu_matrix: Some(args.matrix.clone()),
+                gpu_cases: Some(crate::case_set::CaseSet::Matrix(args.matrix.clone())),
                 selfcheck_matrix: Some("smoke".into()),
                 paths: PathSelection::List(vec![path]),
                 bounds: Some(if mutant.needs_bounds_check() && sanitizer.is_none() {

@@ -1,6 +1,8 @@
 //! `relattn run`: the main job. Routing checks for every architecture, the reference
-//! self-checks of the matrix and, with a usable GPU, the GPU trials; one report directory.
+//! self-checks of the matrix (or case folder) and, with a usable GPU, the GPU trials; one report
+//! directory.
 
+use crate::case_set::CaseSet;
 use crate::engine::{failure_text, Engine};
 use crate::exit;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
@@ -26,8 +28,23 @@ use select::{failed_trials, selection_filter};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Tier (smoke, ci, nightly, regressions) or a matrix file. Default: ci with a GPU, smoke without.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cases")]
     pub matrix: Option<String>,
+    /// A case folder instead of a matrix: every *.safetensors case file under DIR, at any depth,
+    /// is a case named after its file's stem, with the SHA-256 of its bytes as id (c and 10 hex
+    /// digits, the same after a rename). Files that are not valid case files refuse the run,
+    /// each named with why, unless --keep-going.
+    #[arg(long, value_name = "DIR")]
+    pub cases: Option<PathBuf>,
+    /// Split settings of a case folder's cases (--cases, or the folder --rerun-failed names),
+    /// each a trial per path that takes it: policy (the route's) and forced counts,
+    /// comma-separated [default: policy,1,3].
+    #[arg(long, value_name = "LIST")]
+    pub splits: Option<String>,
+    /// With a case folder: run the valid files when some are not; the others are listed and
+    /// reported as skipped trials with the reason.
+    #[arg(long)]
+    pub keep_going: bool,
     /// Native GPU paths: routed (the device's production path), all, none, or a list like
     /// score_mod,fallback.
     #[arg(long, default_value = "all")]
@@ -166,6 +183,39 @@ fn share_machine(processes: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the run's cases come from: `--cases` (with `--splits` and `--keep-going`), else
+/// `--matrix`, else what the report of `--rerun-failed` ran (`rerun`), else the default tier.
+fn case_set(args: &Args, rerun: Option<&str>) -> anyhow::Result<Option<CaseSet>> {
+    let splits = args
+        .splits
+        .as_deref()
+        .map(relattn_matrices::parse_splits)
+        .transpose()
+        .map_err(exit::usage)?;
+    let set = match (&args.cases, &args.matrix, rerun) {
+        (Some(dir), _, _) => Some(CaseSet::folder(dir.clone())),
+        (None, Some(m), _) => Some(CaseSet::Matrix(m.clone())),
+        (None, None, Some(name)) => Some(CaseSet::from_name(name)),
+        (None, None, None) => None,
+    };
+    match set {
+        Some(CaseSet::Folder {
+            dir,
+            splits: default,
+            ..
+        }) => Ok(Some(CaseSet::Folder {
+            dir,
+            splits: splits.unwrap_or(default),
+            keep_going: args.keep_going,
+        })),
+        _ if splits.is_some() || args.keep_going => Err(exit::usage(
+            "--splits and --keep-going are for case folders (--cases DIR); a matrix states its \
+             split settings per group",
+        )),
+        other => Ok(other),
+    }
+}
+
 /// The executor factory of `run`: the production build.
 fn factory(_args: &Args) -> crate::gpu_exec::RealFactory {
     crate::gpu_exec::RealFactory { mutant: None }
@@ -192,10 +242,7 @@ pub fn run_with(
         sanitized_devices(&args)?;
     }
     let opts = SessionOptions {
-        gpu_matrix: args
-            .matrix
-            .clone()
-            .or_else(|| rerun.as_ref().and_then(|(m, _)| m.clone())),
+        gpu_cases: case_set(&args, rerun.as_ref().and_then(|(m, _)| m.as_deref()))?,
         selfcheck_matrix: None,
         paths: args.paths.parse::<PathSelection>().map_err(exit::usage)?,
         // Sanitized, the plain build by default: memcheck, not a trap, is to see the accesses.
@@ -261,8 +308,11 @@ pub fn run_with(
         _ => "cpu".to_string(),
     };
     eprintln!(
-        "relattn run: matrix `{}`, {} trials; {}",
-        session.gpu_matrix,
+        "relattn run: {}, {} trials; {}",
+        match &session.set {
+            CaseSet::Matrix(m) => format!("matrix `{m}`"),
+            CaseSet::Folder { dir, .. } => format!("case folder {}", dir.display()),
+        },
         session.trials.len(),
         session.gpu_line()
     );

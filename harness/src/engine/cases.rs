@@ -1,10 +1,10 @@
-//! The cases of a run: each generated (or read from the disk cache) and its references computed
-//! once, shared by every trial that uses it, and dropped when its last trial has run.
+//! The cases of a run: each generated (or read from the disk cache), or read from its case file,
+//! and its references computed once, shared by every trial that uses it, and dropped when its last trial has run.
 
 use crate::case_cache::CaseCache;
 use crate::phases::{self, Phase};
 use crate::trial_list::Trial;
-use relattn_matrices::Case;
+use relattn_matrices::{read_file_case, Case, CaseSource};
 use relattn_reference::{emulate, fast, gen, Problem, RefOutput};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -25,20 +25,23 @@ impl CaseData {
 
     /// The case from `cache` when it holds it, else generated (and kept there).
     pub fn cached(case: &Case, cache: Option<&CaseCache>) -> Result<CaseData, String> {
-        let problem = match cache.and_then(|c| c.load(case)) {
-            Some(p) => p,
-            None => {
-                let p = phases::time(Phase::Generate, || gen::generate(&case.spec))
+        let problem = match (&case.source, cache.and_then(|c| c.load(case))) {
+            (_, Some(p)) => p,
+            (CaseSource::Spec(spec), None) => {
+                let p = phases::time(Phase::Generate, || gen::generate(spec))
                     .map_err(|e| format!("generating case {}: {e}", case.id))?;
                 if let Some(c) = cache {
                     c.store(case, &p);
                 }
                 p
             }
+            (CaseSource::File(file), None) => phases::time(Phase::Generate, || {
+                read_file_case(&case.id, file, relattn_reference::limits::max_case_bytes())
+            })?,
         };
         let rows = case
             .sample_rows
-            .map(|n| relattn_reference::sample::sample_rows(&problem, n, case.spec.seed));
+            .map(|n| relattn_reference::sample::sample_rows(&problem, n, case.seed()));
         Ok(CaseData {
             problem,
             rows,

@@ -91,7 +91,7 @@ impl<'s> Engine<'s> {
             if stopping() {
                 break;
             }
-            let row = run_trial(t, store, &runners, &self.session.gpu_matrix);
+            let row = run_trial(t, store, &runners, &self.session.set);
             let stop = enough(&row);
             rows.push(row);
             if stop {

@@ -4,10 +4,11 @@
 
 use super::cases::CaseData;
 use super::trial::Runners;
+use crate::case_set::CaseSet;
 use crate::runner::{Kept, RunError, RunOutput, Target};
 use crate::trial_list::{Trial, TrialKind};
 use ndarray::Array3;
-use relattn_matrices::Case;
+use relattn_matrices::{Case, SplitSetting};
 use relattn_reference::judge::judge;
 use relattn_reference::Problem;
 use relattn_reports::{Row, Status};
@@ -19,7 +20,7 @@ pub(super) fn new_row(trial: &Trial) -> Row {
     let case_id = trial.case().map_or(String::new(), |c| c.id.clone());
     let mut row = Row::new(case_id, trial.name.clone(), trial.path(), Status::Pass);
     if let Some(case) = trial.case() {
-        row.seed = Some(case.spec.seed);
+        row.seed = Some(case.seed());
         row.params = case
             .params()
             .into_iter()
@@ -43,16 +44,21 @@ pub(super) fn record_self_check(row: &mut Row, c: crate::selfcheck::CheckOutcome
     row.message = c.message;
 }
 
-/// The command that reruns one case alone.
-pub fn reproduce_command(matrix: &str, case_id: &str, target: Option<&Target>) -> String {
+/// The command that reruns one case alone: on `target` (every implementation when None), with
+/// the split setting `split` where the case set takes one on the command line (a case folder).
+pub fn reproduce_command(
+    set: &CaseSet,
+    case_id: &str,
+    target: Option<&Target>,
+    split: Option<SplitSetting>,
+) -> String {
+    let cases = set.case_args(case_id, split);
     match target {
-        Some(Target::Native { path, .. }) => {
-            format!("relattn run --matrix {matrix} --case {case_id} --paths {path}")
-        }
+        Some(Target::Native { path, .. }) => format!("relattn run {cases} --paths {path}"),
         Some(Target::Worker { label, .. }) => {
-            format!("relattn run --matrix {matrix} --case {case_id} --paths none {label}")
+            format!("relattn run {cases} --paths none {label}")
         }
-        None => format!("relattn run --matrix {matrix} --case {case_id}"),
+        None => format!("relattn run {cases}"),
     }
 }
 
@@ -73,7 +79,7 @@ pub(super) fn finish_row(
     started: Instant,
     trial: &Trial,
     runners: &Runners<'_>,
-    matrix: &str,
+    set: &CaseSet,
 ) {
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     row.wall_ms = Some(wall_ms);
@@ -119,7 +125,11 @@ pub(super) fn finish_row(
         }
         let cmd = match trial.case() {
             Some(c) => {
-                let run = reproduce_command(matrix, &c.id, target);
+                let split = match &trial.kind {
+                    TrialKind::Gpu { split, .. } => Some(*split),
+                    _ => None,
+                };
+                let run = reproduce_command(set, &c.id, target, split);
                 match exec {
                     Some(e) => format!("{e} (or {run})"),
                     None => run,

@@ -52,7 +52,7 @@ pub(super) fn run_all(
             _ => gpu.push(t),
         }
     }
-    let matrix = session.gpu_matrix.clone();
+    let set = session.set.clone();
     std::thread::scope(|scope| {
         // GPU trials grouped by case, so a case's reference and upload serve all its trials.
         let mut by_case: BTreeMap<String, Vec<Trial>> = BTreeMap::new();
@@ -82,14 +82,14 @@ pub(super) fn run_all(
             let (to_judge, judged) = mpsc::sync_channel::<(Trial, Step)>(2 * JUDGES_PER_DEVICE);
             let judged = Arc::new(Mutex::new(judged));
             for _ in 0..JUDGES_PER_DEVICE * session.device_count() {
-                let (judged, tx, store, matrix) =
-                    (judged.clone(), tx.clone(), store.clone(), matrix.clone());
+                let (judged, tx, store, set) =
+                    (judged.clone(), tx.clone(), store.clone(), set.clone());
                 scope.spawn(move || loop {
                     let next = judged.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((t, step)) = next else {
                         break;
                     };
-                    let _ = tx.send(step.finish(&t, &store, &Runners::default(), &matrix));
+                    let _ = tx.send(step.finish(&t, &store, &Runners::default(), &set));
                 });
             }
             let mut devices = Vec::new();
@@ -126,7 +126,7 @@ pub(super) fn run_all(
             });
         }
         for trials in per_worker {
-            let (tx, store, matrix) = (tx.clone(), store.clone(), matrix.clone());
+            let (tx, store, set) = (tx.clone(), store.clone(), set.clone());
             let runners = Runners {
                 keep,
                 ..session.runners(0)
@@ -136,7 +136,7 @@ pub(super) fn run_all(
                     if stopping() {
                         break;
                     }
-                    let _ = tx.send(run_trial(t, &store, &runners, &matrix));
+                    let _ = tx.send(run_trial(t, &store, &runners, &set));
                 }
             });
         }
@@ -145,13 +145,13 @@ pub(super) fn run_all(
         // thread parked in that wait could leave those loops without threads (a deadlock).
         let cpu = Arc::new(Mutex::new(VecDeque::from(cpu)));
         for _ in 0..rayon::current_num_threads() {
-            let (cpu, tx, store, matrix) = (cpu.clone(), tx.clone(), store.clone(), matrix.clone());
+            let (cpu, tx, store, set) = (cpu.clone(), tx.clone(), store.clone(), set.clone());
             scope.spawn(move || loop {
                 let next = cpu.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                 let Some(t) = next.filter(|_| !stopping()) else {
                     break;
                 };
-                let _ = tx.send(run_trial(&t, &store, &Runners::default(), &matrix));
+                let _ = tx.send(run_trial(&t, &store, &Runners::default(), &set));
             });
         }
         drop(tx);

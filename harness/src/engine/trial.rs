@@ -3,6 +3,7 @@
 
 use super::cases::{CaseData, CaseStore};
 use super::row;
+use crate::case_set::CaseSet;
 use crate::phases::{self, Phase};
 use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use crate::selfcheck;
@@ -40,8 +41,8 @@ impl<'a> Runners<'a> {
 }
 
 /// Run one trial (not ignored) to a report row.
-pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, matrix: &str) -> Row {
-    start_trial(trial, store, runners).finish(trial, store, runners, matrix)
+pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, set: &CaseSet) -> Row {
+    start_trial(trial, store, runners).finish(trial, store, runners, set)
 }
 
 /// Where a trial stands after `start_trial`: its row is complete but for the last touches, or
@@ -76,6 +77,7 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
     }
     let started = Instant::now();
     match &trial.kind {
+        TrialKind::BadFile => row::skip(&mut row, "not a valid case file".into()),
         TrialKind::Routing(r) => row::record_check(&mut row, check_routing_row(r)),
         TrialKind::RoutingUnknown => row::record_check(&mut row, check_unknown_capabilities()),
         TrialKind::Reference { case, check } => {
@@ -144,7 +146,7 @@ impl Step {
         trial: &Trial,
         store: &CaseStore,
         runners: &Runners<'_>,
-        matrix: &str,
+        set: &CaseSet,
     ) -> Row {
         let (mut row, started) = match self {
             Step::Done { row, started: None } => return *row,
@@ -169,7 +171,7 @@ impl Step {
                 (row, started)
             }
         };
-        row::finish_row(&mut row, started, trial, runners, matrix);
+        row::finish_row(&mut row, started, trial, runners, set);
         row
     }
 }

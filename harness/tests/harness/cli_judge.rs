@@ -83,9 +83,9 @@ fn gen_case_writes_the_matrix_case_as_run_generates_it() {
     let (file, back) = gen_case(dir.path(), &case.id);
     let meta = read_case(&file).unwrap().meta;
     assert_eq!(meta.case_id.as_deref(), Some(case.id.as_str()));
-    assert_eq!(meta.seed, Some(case.spec.seed));
-    assert_eq!(meta.cache_layout, case.spec.layout);
-    let made = gen::generate(&case.spec).unwrap();
+    assert_eq!(meta.seed, Some(case.seed()));
+    assert_eq!(meta.cache_layout, case.facts().layout);
+    let made = gen::generate(case.spec().unwrap()).unwrap();
     assert_eq!(back.q, made.q);
     assert_eq!(back.rel_logits, made.rel_logits);
     assert_eq!(back.block_table, made.block_table);

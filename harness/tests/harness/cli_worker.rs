@@ -553,7 +553,7 @@ fn exec_runs_a_case_file_on_a_worker() {
 /// folder, outside `target/`, so a fresh clone or `cargo clean` does not download the 336 MB
 /// wheel again). None, with the reason printed, when the wheel cannot be downloaded (no network):
 /// the test then says it did not run, instead of failing on the machine's connection.
-fn vllm_root() -> Option<PathBuf> {
+pub(crate) fn vllm_root() -> Option<PathBuf> {
     if let Ok(root) = std::env::var("RELATTN_VLLM_ROOT") {
         return Some(PathBuf::from(root));
     }

@@ -85,7 +85,8 @@ fn trial_of(mix: &str) -> Trial {
 
 fn row_with(trial: &Trial, runner: &dyn Runner) -> Row {
     let store = CaseStore::for_trials(std::slice::from_ref(trial));
-    run_trial(trial, &store, &Runners::native(Some((runner, 0))), "smoke")
+    let set = relattn_harness::case_set::CaseSet::Matrix("smoke".into());
+    run_trial(trial, &store, &Runners::native(Some((runner, 0))), &set)
 }
 
 fn row_of(exec: Exact) -> Row {
@@ -160,7 +161,8 @@ fn a_planted_error_is_named_with_its_values_bounds_and_counts() {
     let Some(TrialKind::Gpu { case, .. }) = Some(&trial.kind) else {
         unreachable!()
     };
-    let reference = fast::attention(&relattn_reference::gen::generate(&case.spec).unwrap());
+    let reference =
+        fast::attention(&relattn_reference::gen::generate(case.spec().unwrap()).unwrap());
     let expected = reference.out[[57, 5, 100]];
     let actual = (expected as f32 + 0.25) as f64;
     let m = &row.message;

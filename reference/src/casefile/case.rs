@@ -104,7 +104,20 @@ pub fn read_case(path: impl AsRef<Path>) -> Result<CaseFile, CaseFileError> {
 pub fn read_case_limited(path: impl AsRef<Path>, limit: u64) -> Result<CaseFile, CaseFileError> {
     let path = path.as_ref();
     let bytes = read_bytes(path, limit, Links::Follow)?;
-    let r = Reader::new(path, &bytes)?;
+    parse_case(path, &bytes, limit)
+}
+
+/// The bytes of the case file at `path`, read as `read_case_limited` reads them (a regular file
+/// of at most `limit` bytes) but never through a symbolic link: the files of a case folder,
+/// whose ids are hashes of these bytes, parsed with `parse_case`.
+pub fn read_case_bytes_nofollow(path: &Path, limit: u64) -> Result<Vec<u8>, CaseFileError> {
+    read_bytes(path, limit, Links::Refuse)
+}
+
+/// Parse and validate `bytes`, the contents of the case file at `path` (named in errors):
+/// `read_case_limited` once the file is read.
+pub fn parse_case(path: &Path, bytes: &[u8], limit: u64) -> Result<CaseFile, CaseFileError> {
+    let r = Reader::new(path, bytes)?;
     let meta = read_meta(&r)?;
 
     let causal = r.required_meta("causal")?;

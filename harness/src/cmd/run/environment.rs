@@ -11,7 +11,7 @@ use relattn_reports::Environment;
 /// executor's and the workers' own descriptions.
 pub(super) fn environment(session: &Session, args: &Args) -> Environment {
     let mut env = Environment {
-        matrix: Some(session.gpu_matrix.clone()),
+        matrix: Some(session.set.name()),
         shard: args.shard.clone(),
         started: Some(relattn_reports::now()),
         relattn_version: Some(env!("CARGO_PKG_VERSION").to_string()),
@@ -23,7 +23,7 @@ pub(super) fn environment(session: &Session, args: &Args) -> Environment {
             .map(|s| s.trim().to_string()),
         ..Environment::default()
     };
-    let mut seeds: Vec<u64> = session.cases.iter().map(|c| c.spec.seed).collect();
+    let mut seeds: Vec<u64> = session.cases.iter().map(|c| c.seed()).collect();
     seeds.sort_unstable();
     seeds.dedup();
     env.seeds = seeds;
@@ -51,11 +51,15 @@ pub(super) fn environment(session: &Session, args: &Args) -> Environment {
 /// Key of summary.json's `environment.extra` holding what a resumed run must share.
 pub(super) const IDENTITY_KEY: &str = "run_identity";
 
-/// What `--resume` compares: the matrix, shard, case filter, paths, bounds checks, devices,
-/// workers, self-checks and relattn's build.
+/// What `--resume` compares: the matrix or case folder (with its split settings and
+/// `--keep-going`), shard, case filter, paths, bounds checks, devices, workers, self-checks and
+/// relattn's build.
 pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
     serde_json::json!({
-        "matrix": session.gpu_matrix,
+        "matrix": session.set.name(),
+        // Absent (null) unless given, so reports of runs from before the flags still resume.
+        "splits": args.splits,
+        "keep_going": args.keep_going.then_some(true),
         "shard": args.shard,
         "case": args.case,
         "filter": args.filter,

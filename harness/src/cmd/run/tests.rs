@@ -37,6 +37,9 @@ impl ExecutorFactory for CountingFactory {
 fn args(out: &std::path::Path) -> Args {
     Args {
         matrix: Some("smoke".into()),
+        cases: None,
+        splits: None,
+        keep_going: false,
         paths: "all".into(),
         shard: None,
         out: Some(out.to_path_buf()),
@@ -168,7 +171,7 @@ fn gpu_runs_leave_the_self_checks_to_cpu_ci_unless_asked() {
     let h200 = MockSource::single("NVIDIA H200", Capability::new(9, 0));
     let self_checks = |source: &MockSource, factory: &dyn ExecutorFactory, asked| {
         let mut opts = SessionOptions::for_cargo_test().unwrap();
-        opts.gpu_matrix = Some("smoke".into());
+        opts.gpu_cases = Some(crate::case_set::CaseSet::Matrix("smoke".into()));
         opts.self_checks = asked;
         let session = Session::open_with(&opts, source, true, factory).unwrap();
         session
@@ -217,4 +220,44 @@ fn device_threads_prepare_the_next_case_and_every_trial_gets_one_row() {
             .unwrap()
             > 0.0
     );
+}
+
+#[test]
+fn the_cargo_test_trials_take_a_case_folder_from_the_environment() {
+    use crate::case_set::CaseSet;
+    use relattn_matrices::SplitSetting;
+    let vars = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let opts = SessionOptions::from_vars(vars(&[("RELATTN_CASES", "captured")])).unwrap();
+    assert_eq!(opts.gpu_cases, Some(CaseSet::folder("captured".into())));
+    let opts = SessionOptions::from_vars(vars(&[
+        ("RELATTN_CASES", "captured"),
+        ("RELATTN_SPLITS", "policy,7"),
+        ("RELATTN_KEEP_GOING", "1"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        opts.gpu_cases,
+        Some(CaseSet::Folder {
+            dir: "captured".into(),
+            splits: vec![SplitSetting::Policy, SplitSetting::Forced(7)],
+            keep_going: true,
+        })
+    );
+    let opts = SessionOptions::from_vars(vars(&[("RELATTN_MATRIX", "ci")])).unwrap();
+    assert_eq!(opts.gpu_cases, Some(CaseSet::Matrix("ci".into())));
+    for bad in [
+        &[("RELATTN_CASES", "a"), ("RELATTN_MATRIX", "ci")][..],
+        &[("RELATTN_CASES", "a"), ("RELATTN_SPLITS", "0")][..],
+    ] {
+        let pairs: &'static [(&'static str, &'static str)] = bad;
+        let e = SessionOptions::from_vars(vars(pairs)).unwrap_err();
+        assert_eq!(exit::code_of(&e), exit::Code::Usage, "{e}");
+    }
 }
