@@ -119,7 +119,7 @@ pub struct Tally {
     /// Trials of this process that will run (not ignored when listed): the ETA's work. Ignored
     /// trials come back as skips at once and would make the rate look faster than it is.
     pub to_run: usize,
-    /// Rows of this process that are not skips: the work done so far.
+    /// Rows of this process's trials that were not ignored: the work done so far.
     pub ran: usize,
 }
 

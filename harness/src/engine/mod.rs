@@ -57,6 +57,14 @@ impl<'s> Engine<'s> {
         let bad = AtomicUsize::new(0);
         let limit = self.max_fail.unwrap_or(usize::MAX);
         let stop = || stopping() || bad.load(Ordering::SeqCst) >= limit;
+        // Rows of trials listed as ignored come back at once: the ETA does not count them.
+        let ignored: HashSet<&str> = self
+            .session
+            .trials
+            .iter()
+            .filter(|t| t.ignore.is_some())
+            .map(|t| t.name.as_str())
+            .collect();
         schedule::run_all(self, done, &stop, |row| {
             if row.status.is_bad() {
                 bad.fetch_add(1, Ordering::SeqCst);
@@ -64,7 +72,7 @@ impl<'s> Engine<'s> {
             if let Some(tally) = &self.tally {
                 let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
                 t.done += 1;
-                if row.status != relattn_reports::Status::Skip {
+                if !ignored.contains(row.trial.as_str()) {
                     t.ran += 1;
                 }
                 *t.counts.entry(row.status.as_str()).or_default() += 1;
