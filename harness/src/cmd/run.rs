@@ -277,11 +277,6 @@ pub fn run_with(
     let out_dir = report_out.dir.clone();
     // At once, before anything slow: a second run into this --out stops here naming the first.
     let _lock = crate::run_lock::RunLock::acquire(&out_dir).map_err(exit::usage)?;
-    if let Some(id) = &report_out.new_run {
-        if let Err(why) = out::point_latest(Path::new(out::RUNS_ROOT), id) {
-            eprintln!("relattn run: {why}");
-        }
-    }
     let run_started = Instant::now();
     let tally = Arc::new(Mutex::new(Tally {
         phase: "setup (matrix, devices, kernels, workers)",
@@ -420,6 +415,13 @@ pub fn run_with(
             Default::default(),
         )
     };
+    // `latest` moves only once this run has a report: a run refused before (bad arguments, a
+    // bad case folder, no GPU with --require-gpu) leaves it at the previous run.
+    if let Some(id) = &report_out.new_run {
+        if let Err(why) = out::point_latest(Path::new(out::RUNS_ROOT), id) {
+            eprintln!("relattn run: {why}");
+        }
+    }
     let started = Instant::now();
     let bar = ProgressBar::with_draw_target(
         Some(session.trials.len() as u64),

@@ -231,3 +231,26 @@ fn filters_select_by_parameters_and_name() {
     assert_eq!(none.status.code(), Some(2));
     assert!(text(&none.stderr).contains("no trial of matrix `smoke` is selected"));
 }
+
+/// A run refused after its folder was chosen (here `--require-gpu` on a machine without a GPU,
+/// or a case folder with a bad file) leaves `reports-out/latest` at the last run that wrote a
+/// report: `report show` still opens it.
+#[test]
+fn a_refused_run_leaves_latest_at_the_last_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = relattn_in(
+        dir.path(),
+        &["run", "--matrix", "smoke", "-k", "c97f5ebf67d"],
+        &[],
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    let first = latest(dir.path());
+    let bad = dir.path().join("bad-cases");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(bad.join("x.safetensors"), b"not a case").unwrap();
+    let refused = relattn_in(dir.path(), &["run", "--cases", bad.to_str().unwrap()], &[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert_eq!(latest(dir.path()), first);
+    let show = relattn_in(dir.path(), &["report", "show"], &[]);
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+}
