@@ -5,22 +5,10 @@
 
 use crate::common::text;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn relattn(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        .env("RUST_BACKTRACE", "1")
-        .env("PYTHONPATH", crate::python::numpy_path())
-        .envs(env.iter().copied())
-        .output()
-        .expect("the relattn binary runs")
-}
+use crate::python::{relattn_with_numpy as relattn, repo};
 
 fn rows(out: &Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("cpu/results.jsonl"))

@@ -10,22 +10,10 @@ use crate::common::text;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn relattn(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args(args)
-        .env("RUST_BACKTRACE", "1")
-        .env("PYTHONPATH", crate::python::numpy_path())
-        .envs(env.iter().copied())
-        .output()
-        .expect("the relattn binary runs")
-}
+use crate::python::{relattn_with_numpy as relattn, repo};
 
 /// `count` case files from the independent numpy script, in `dir`.
 fn make_folder(dir: &Path, count: usize) {

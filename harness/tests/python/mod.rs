@@ -52,3 +52,21 @@ pub fn numpy_path() -> &'static str {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// The repository's root (the workspace above the harness crate).
+#[allow(dead_code)]
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `relattn ARGS` with `env` and python3 finding numpy (for the workers and adapters' scripts).
+#[allow(dead_code)]
+pub fn relattn_with_numpy(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env("PYTHONPATH", numpy_path())
+        .envs(env.iter().copied())
+        .output()
+        .expect("the relattn binary runs")
+}
