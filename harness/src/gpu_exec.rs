@@ -184,18 +184,12 @@ impl Runner for RealExecutor {
             let mut watch = watch.lock().unwrap_or_else(|e| e.into_inner());
             crate::sanitize::check(&mut watch, tool)
         });
-        let (result, checked) = match checked {
-            None => (result, None),
-            Some(Err(why)) => return Err(RunError::Other(why)),
-            Some(Ok(c)) => match (result, c.errors.as_deref()) {
-                (Err(e), Some(errors)) => {
-                    if matches!(e, GpuError::Trap { .. }) {
-                        let _ = w.recover(req.case_id);
-                    }
-                    return Err(RunError::Fault(format!("{errors}; the run: {e}")));
-                }
-                (result, _) => (result, Some(c)),
-            },
+        let checked = checked.transpose().map_err(RunError::Other)?;
+        // The sanitizer's reports of this trial, which a failed run's message begins with.
+        let errors = checked.as_ref().and_then(|c| c.errors.clone());
+        let fault = |e: &GpuError| match &errors {
+            Some(errors) => format!("{errors}; the run: {e}"),
+            None => e.to_string(),
         };
         match result {
             Ok(run) => Ok(RunOutput {
@@ -203,7 +197,7 @@ impl Runner for RealExecutor {
                 ..RunOutput::from(run)
             }),
             Err(e @ GpuError::Trap { .. }) => {
-                let message = e.to_string();
+                let message = fault(&e);
                 match w.recover(req.case_id) {
                     Ok(()) => Err(RunError::Fault(message)),
                     Err(again) => Err(RunError::Fault(format!(
@@ -211,6 +205,7 @@ impl Runner for RealExecutor {
                     ))),
                 }
             }
+            Err(e) if errors.is_some() => Err(RunError::Fault(fault(&e))),
             Err(e) => Err(classify(e)),
         }
     }
