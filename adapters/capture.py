@@ -54,7 +54,14 @@ File names: `<pid>-<call>_<reasons>_b<B>_t<T>_h<H>kv<Hkv>_page<P>_<dtype>.safete
 writes a captured file's `captured_out` as an output file (tensor `out`, F32, the values exact;
 rows past cu_seqlens_q[B], padding, as NaN), so that
 `relattn judge --input FILE --output OUT.safetensors` tells whether the op's output at capture
-time was within the tolerance of relattn's reference.
+time was within the tolerance of relattn's reference, and
+
+    python3 capture.py compare FILE OUT.safetensors
+
+whether an output written since (`relattn exec --impl vllm --path vllm_op --input FILE --output
+OUT.safetensors`: the op run again on the captured inputs), rounded to the dtype the op
+returned, is the same floats as `captured_out` in every real row (exit 0; 1 with the count of
+differing elements, the largest difference and the NaN counts when not).
 
 Everything but `install` and the torch half of `Capture.after_call` runs with numpy alone.
 """
@@ -71,7 +78,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 from relattn_worker import (  # noqa: E402
-    Case, bf16_bits_to_f32, log, read_safetensors, write_case, write_out)
+    Case, bf16_bits_to_f32, log, read_out, read_safetensors, round_to_dtype, write_case,
+    write_out)
 
 OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
 OP_CLASS = "InklingFA4RelAttentionKernel"
@@ -499,6 +507,42 @@ def _installed_vllm_version():
 # Command line
 # ---------------------------------------------------------------------------------------------
 
+def captured_output(path):
+    """A captured file's `captured_out` as float32 [T, H, D] (the values exact), rows past
+    cu_seqlens_q[B] (padding: what the op's buffer held there is not known) NaN; the number of
+    real rows; and the dtype the op returned it in."""
+    tensors, _ = read_safetensors(path)
+    if "captured_out" not in tensors:
+        raise ValueError(f"{path} has no tensor `captured_out` (captured with "
+                         "RELATTN_CAPTURE_OUTPUT=0?)")
+    dtype, shape, raw = tensors["captured_out"]
+    if dtype == "BF16":
+        out = bf16_bits_to_f32(np.frombuffer(raw, dtype="<u2"))
+    else:
+        out = np.frombuffer(raw, dtype={"F16": "<f2", "F32": "<f4"}[dtype]).astype(np.float32)
+    out = out.reshape(shape)
+    real = int(np.frombuffer(tensors["cu_seqlens_q"][2], dtype="<i4")[-1])
+    out[real:] = np.nan
+    return out, real, dtype
+
+
+def compare_outputs(captured, rerun, real):
+    """How a rerun's output differs from the captured one over the real rows: None when every
+    element is the same float (NaN where the capture had NaN), else a sentence."""
+    if rerun.shape != captured.shape:
+        return f"shape {list(rerun.shape)}, captured {list(captured.shape)}"
+    a, b = captured[:real], rerun[:real]
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    same = (a == b) | (nan_a & nan_b)
+    if same.all():
+        return None
+    diff = np.abs(a - b)[~same & ~nan_a & ~nan_b]
+    worst = f", largest difference {float(diff.max()):.6g}" if diff.size else ""
+    rows = int((~same).reshape(real, -1).any(axis=1).sum())
+    return (f"{int((~same).sum())} of {same.size} elements differ in {rows} of {real} real rows"
+            f"{worst}; NaN: {int(nan_a.sum())} captured, {int(nan_b.sum())} now")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Captured case files: tools.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -506,23 +550,30 @@ def main(argv=None):
                             "file (tensor `out`) for `relattn judge`")
     output.add_argument("file")
     output.add_argument("--output", required=True)
+    compare = sub.add_parser("compare", help="whether an output file (`relattn exec --output`) "
+                             "is, over the real rows, the output the op gave at capture time "
+                             "(exit 0: the same floats; 1: differs; 2: unreadable)")
+    compare.add_argument("file")
+    compare.add_argument("output")
     args = parser.parse_args(argv)
-    tensors, _ = read_safetensors(args.file)
-    if "captured_out" not in tensors:
-        sys.exit(f"capture.py: {args.file} has no tensor `captured_out` (captured with "
-                 "RELATTN_CAPTURE_OUTPUT=0?)")
-    dtype, shape, raw = tensors["captured_out"]
-    if dtype == "BF16":
-        out = bf16_bits_to_f32(np.frombuffer(raw, dtype="<u2"))
-    else:
-        out = np.frombuffer(raw, dtype={"F16": "<f2", "F32": "<f4"}[dtype]).astype(np.float32)
-    out = out.reshape(shape)
-    # Rows past cu_seqlens_q[B] are padding: the op must not write them, and what its buffer held
-    # there before is not known, so they are NaN, as `judge` expects of an output.
-    real = int(np.frombuffer(tensors["cu_seqlens_q"][2], dtype="<i4")[-1])
-    out[real:] = np.nan
-    write_out(args.output, out)
+    try:
+        out, real, dtype = captured_output(args.file)
+        if args.command == "output":
+            write_out(args.output, out)
+            return 0
+        # The op returns `dtype`: an output written in F32 is compared as the op would store it.
+        rerun = round_to_dtype(read_out(args.output), dtype)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"capture.py: {e}", file=sys.stderr)
+        return 2
+    why = compare_outputs(out, rerun, real)
+    name = os.path.basename(args.file)
+    if why is None:
+        print(f"{name}: REPRODUCED: the same floats in all {real} real rows")
+        return 0
+    print(f"{name}: DIFFERS: {why}")
+    return 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

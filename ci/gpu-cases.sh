@@ -22,13 +22,16 @@
 #            GPU_CASES_SHARD (K/N: the Kth of N parts, each a report of its own) bound the time
 #   capture  the vllm worker with capture on (RELATTN_CAPTURE_DIR) over a fifth of the cases
 #            (vllm_op only), then relattn run --cases CAPTURED --impl vllm, the counts per
-#            path, and each captured output (`captured_out`, the op's own at capture time)
-#            judged against relattn's reference
+#            path, each captured output (`captured_out`, the op's own at capture time)
+#            judged against relattn's reference, and the op run again on each captured call
+#            (`relattn exec --impl vllm --path vllm_op`) compared with `captured_out`
+#            (`capture.py compare`: the same floats in every real row, or what differs)
 #   all      make, run, capture (default)
 #
 # Exit: 0 when every step ran and no native path failed or errored (vLLM's failures are
 # findings, listed in the counts and in adapters/FINDINGS.md, not this script's failure); 1 when
-# a native path failed or errored; otherwise the failing step's exit code (2: bad input, 3: no
+# a native path failed or errored, or a captured call run again did not give its captured output;
+# otherwise the failing step's exit code (2: bad input, 3: no
 # usable GPU).
 set -euo pipefail
 
@@ -145,6 +148,22 @@ if [[ $step == capture || $step == all ]]; then
         done
         rm -f "$base/captured-out.safetensors"
         echo "gpu-cases.sh: the captured outputs judged: $(grep -c ': PASS' "$base/captured-judge.txt") pass, $(grep -c ': FAIL' "$base/captured-judge.txt") fail (captured-judge.txt)" >&2
+        # The op run again on each captured call's inputs: the same floats as at capture time?
+        : >"$base/captured-reproduce.txt"
+        for f in "$captured"/*.safetensors; do
+            out_file="$base/rerun-out.safetensors"
+            if "$bin" exec --impl vllm --path vllm_op --input "$f" --output "$out_file" \
+                --worker-timeout-s 600 >>"$base/reproduce.log" 2>&1; then
+                "$python" "$here/adapters/capture.py" compare "$f" "$out_file" \
+                    >>"$base/captured-reproduce.txt" 2>&1 || true
+            else
+                echo "$(basename "$f"): NOT RUN: relattn exec failed (reproduce.log)" \
+                    >>"$base/captured-reproduce.txt"
+            fi
+        done
+        rm -f "$base/rerun-out.safetensors"
+        echo "gpu-cases.sh: the captured calls run again: $(grep -c ': REPRODUCED' "$base/captured-reproduce.txt") reproduced, $(grep -c ': DIFFERS' "$base/captured-reproduce.txt") differ, $(grep -c ': NOT RUN' "$base/captured-reproduce.txt") not run (captured-reproduce.txt)" >&2
+        if grep -q ': DIFFERS\|: NOT RUN' "$base/captured-reproduce.txt"; then note 1; fi
     fi
 fi
 

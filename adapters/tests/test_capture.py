@@ -4,6 +4,8 @@ and exceptions pass through untouched, and that a captured file is the same case
 operator gives the same output on it). With RELATTN_VLLM_ROOT, it also installs on vLLM's op
 and through the vllm worker."""
 
+import contextlib
+import io
 import os
 import types
 import unittest
@@ -11,7 +13,7 @@ import unittest
 import numpy as np
 
 import capture
-from relattn_worker import attention_numpy, read_case, read_safetensors
+from relattn_worker import attention_numpy, read_case, read_safetensors, write_out
 from tests.capture_numpy import call_op, numpy_op, op_arguments
 from tests.casegen import random_case
 from tests.test_casefile import TempDir
@@ -172,6 +174,44 @@ class Capturing(TempDir):
         self.assertEqual((dtype, shape), ("F32", list(out.shape)))
         np.testing.assert_array_equal(np.frombuffer(raw, "<f4").reshape(shape),
                                       out.astype(np.float32))
+
+    def test_compare_tells_a_reproduced_output_from_a_changed_one(self):
+        case = random_case(seed=11, dtype="F16", heads=4, kv_heads=2, head_dim=16, page=4,
+                           pad_rows=3)
+        module = numpy_op("F16")
+        c = self.install(module, every=1)
+        _, out = self.call(module, case)
+        [path] = c.written
+        real = int(case.cu_seqlens_q[-1])
+        rerun = out.astype(np.float32)
+        rerun[real:] = 12345.0   # padding rows: not the op's to write, not compared
+        write_out(self.path("same.safetensors"), rerun)
+        self.assertEqual(capture.main(["compare", path, self.path("same.safetensors")]), 0)
+        # Less than half an f16 step is the same f16 (the op returns f16); one element one f16
+        # step off and one real row NaN are differences, both counted.
+        near = rerun.copy()
+        near[1, 2, 3] = np.nextafter(near[1, 2, 3], np.float32(np.inf), dtype=np.float32)
+        write_out(self.path("near.safetensors"), near)
+        self.assertEqual(capture.main(["compare", path, self.path("near.safetensors")]), 0)
+        changed = rerun.copy()
+        changed[1, 2, 3] = np.nextafter(np.float16(changed[1, 2, 3]), np.float16(np.inf))
+        changed[0] = np.nan
+        write_out(self.path("changed.safetensors"), changed)
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            self.assertEqual(capture.main(["compare", path, self.path("changed.safetensors")]), 1)
+        heads, dim = out.shape[1:]
+        self.assertIn(f"{heads * dim + 1} of {real * heads * dim} elements differ in 2 of "
+                      f"{real} real rows", said.getvalue())
+        self.assertIn(f"NaN: 0 captured, {heads * dim} now", said.getvalue())
+        # Another shape differs (exit 1); a missing file, a file with no capture: exit 2.
+        write_out(self.path("short.safetensors"), rerun[:-1])
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            self.assertEqual(capture.main(["compare", path, self.path("short.safetensors")]), 1)
+        self.assertIn(f"DIFFERS: shape {[out.shape[0] - 1, heads, dim]}", said.getvalue())
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            self.assertEqual(capture.main(["compare", path, self.path("none.safetensors")]), 2)
+            self.assertEqual(capture.main(["compare", self.path("same.safetensors"), path]), 2)
+        self.assertIn("has no tensor `captured_out`", err.getvalue())
 
 
 @unittest.skipUnless(ROOT, NO_ROOT)

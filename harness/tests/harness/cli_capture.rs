@@ -77,6 +77,35 @@ fn captured_calls_are_case_files_that_reference_judge_and_run_read() {
         );
         assert_eq!(j.status.code(), Some(0), "{file}: {}", text(&j.stdout));
         assert!(text(&j.stdout).starts_with("PASS"), "{}", text(&j.stdout));
+        // Run again on the captured inputs (the numpy worker computes as the stand-in op did),
+        // the output is the captured one, float for float.
+        let rerun = dir.path().join("rerun.safetensors");
+        let e = relattn(
+            &[
+                "exec",
+                "--impl",
+                "numpy",
+                "--path",
+                "numpy",
+                "--input",
+                file,
+                "--output",
+                rerun.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_eq!(e.status.code(), Some(0), "{file}: {}", text(&e.stderr));
+        let c = python(
+            "capture.py",
+            &["compare", file, rerun.to_str().unwrap()],
+            &[],
+        );
+        assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+        assert!(
+            text(&c.stdout).contains(": REPRODUCED: "),
+            "{}",
+            text(&c.stdout)
+        );
     }
     let report = dir.path().join("report");
     let r = relattn(
