@@ -29,6 +29,10 @@ comma-separated list of substrings; empty items are ignored):
   RELATTN_FAULTY_KILL0     `kill 0`: SIGTERM to the worker's whole process group
   RELATTN_FAULTY_FORK      start `sleep 1000` (its pid written to $RELATTN_FAULTY_PIDFILE when
                            set), then answer as usual
+  RELATTN_FAULTY_GPU_OOB   on the GPU, a Triton kernel reads the 1024 floats past the end of
+                           a 1024-float tensor (the read lands in mapped memory and changes
+                           nothing: only `--sanitize memcheck` sees it), then answer as usual;
+                           an error answer where torch, Triton or a GPU is missing
 
 and, for the whole process:
 
@@ -58,7 +62,8 @@ import relattn_worker  # noqa: E402
 from relattn_worker import NoAnswer, Worker, attention_numpy, cpu_timed, serve  # noqa: E402
 
 MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG", "FIFO", "LINK",
-         "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK")
+         "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK",
+         "GPU_OOB")
 # Text that moves a terminal's cursor, recolours it and rings its bell.
 CONTROL_TEXT = "\x1b[2J\x1b[31mred\x1b[0m\rover\x07written\x9b"
 
@@ -71,6 +76,28 @@ def fault_for(trial_id, environ=None):
         if any(item and item in trial_id for item in items):
             return mode
     return None
+
+
+def read_past_end():
+    """Launch a Triton kernel that copies the 1024 floats that follow a 1024-float CUDA tensor,
+    with no mask: every read is past the tensor's end. The tensor is the last allocation (PyTorch
+    allocates it from the driver when memcheck is on: PYTORCH_NO_CUDA_MEMORY_CACHING=1), so the
+    reads belong to no allocation, in a page the driver has mapped."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    def copy_after_end(src, dst):
+        i = tl.arange(0, 1024)
+        tl.store(dst + i, tl.load(src + 1024 + i))
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("GPU_OOB needs a CUDA GPU")
+    dst = torch.empty(1024, device="cuda")
+    src = torch.ones(1024, device="cuda")
+    triton.jit(copy_after_end)[(1,)](src, dst)
+    torch.cuda.synchronize()
+    print("faulty: read 1024 floats past a tensor's end on the GPU", file=sys.stderr, flush=True)
 
 
 def sleep_forever():
@@ -148,6 +175,8 @@ class FaultyWorker(Worker):
             if pidfile:
                 with open(pidfile, "a") as f:
                     f.write(f"{child.pid}\n")
+        if mode == "GPU_OOB":
+            read_past_end()
         self.out_fault = mode if mode in ("FIFO", "LINK", "DEVZERO") else None
 
         out, ms = cpu_timed(lambda: attention_numpy(case, "f32"), timing)

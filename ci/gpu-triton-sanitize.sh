@@ -4,7 +4,8 @@
 #   ci/gpu-triton-sanitize.sh [STEP ...]        (no STEP: every step, in this order)
 #
 #   triton-regressions  run --matrix regressions --paths none --impl triton
-#   triton-ci           run --matrix ci --paths none --impl triton --shard $TRITON_CI_SHARD (1/3)
+#   triton-ci           run --matrix ci --paths none --impl triton (the whole tier, about 4
+#                       minutes; $TRITON_CI_SHARD=K/N runs one part)
 #   triton-bench        bench --paths fallback --impl triton on the five bench shapes
 #   native-sanitize     run --matrix regressions (native paths) unsanitized, then with
 #                       --sanitize memcheck; $SANITIZE_FILTER leaves out the long cases
@@ -15,6 +16,10 @@
 #   mutant              mutants --only rel_row_past_end --sanitize memcheck: the planted read
 #                       past the last rel_logits row, built without the bounds check, must be
 #                       caught by memcheck alone on every path it is in
+#   worker-mutant       the same for a worker: the faulty worker's GPU_OOB read past a tensor
+#                       (a Triton kernel) on $OOB_TRIALS (4 smoke trials), run unsanitized (every
+#                       trial passes: the read changes nothing) and with --sanitize memcheck
+#                       (those trials fail as out-of-bounds accesses, the others pass)
 #
 # Needs: a relattn binary ($RELATTN_BIN, else a release build here); compute-sanitizer on PATH
 # or in $RELATTN_SANITIZER (sanitize steps); RELATTN_VLLM_ROOT = an unpacked vLLM wheel
@@ -36,7 +41,8 @@ mkdir -p "$out/logs" "$out/reports"
 timings="$out/timings.tsv"
 [[ -f $timings ]] || printf 'step\tcommand\texit\twall_s\n' >"$timings"
 
-TRITON_CI_SHARD="${TRITON_CI_SHARD:-1/3}"
+TRITON_CI_SHARD="${TRITON_CI_SHARD:-}"
+OOB_TRIALS="${OOB_TRIALS:-prefill_128x16,all_zero_table}"
 TILE_IMPLS="${TILE_IMPLS:-vllm,fa4,flex,triton}"
 TIMEOUT="${WORKER_TIMEOUT_S:-300}"
 # The long and large regression cases run for minutes under memcheck: left out of the sanitized
@@ -69,7 +75,7 @@ run_step() {
         step "$1" run --require-gpu --matrix regressions --paths none --impl triton \
             --no-compile-checks --worker-timeout-s "$TIMEOUT" --out "$out/reports/$1" ;;
     triton-ci)
-        step "$1" run --require-gpu --matrix ci --shard "$TRITON_CI_SHARD" --paths none \
+        step "$1" run --require-gpu --matrix ci ${TRITON_CI_SHARD:+--shard "$TRITON_CI_SHARD"} --paths none \
             --impl triton --no-compile-checks --worker-timeout-s "$TIMEOUT" --out "$out/reports/$1" ;;
     triton-bench)
         step "$1" bench --paths fallback --impl triton \
@@ -92,16 +98,24 @@ run_step() {
             --out "$out/reports/$1" ;;
     mutant)
         step "$1" mutants --only rel_row_past_end --sanitize memcheck ;;
+    worker-mutant)
+        export RELATTN_FAULTY_GPU_OOB="$OOB_TRIALS"
+        step "$1-plain" run --require-gpu --matrix smoke --paths none --impl faulty \
+            --no-compile-checks --out "$out/reports/$1-plain"
+        step "$1" run --require-gpu --matrix smoke --paths none --impl faulty \
+            --sanitize memcheck --no-compile-checks --out "$out/reports/$1"
+        unset RELATTN_FAULTY_GPU_OOB ;;
     *)
         echo "gpu-triton-sanitize.sh: unknown step $1 (steps: triton-regressions triton-ci" \
-            "triton-bench native-sanitize vllm-sanitize tiles-sanitize mutant)" >&2
+            "triton-bench native-sanitize vllm-sanitize tiles-sanitize mutant worker-mutant)" >&2
         exit 2 ;;
     esac
 }
 
 steps=("$@")
 if [[ ${#steps[@]} -eq 0 ]]; then
-    steps=(triton-regressions triton-ci triton-bench native-sanitize vllm-sanitize tiles-sanitize mutant)
+    steps=(triton-regressions triton-ci triton-bench native-sanitize vllm-sanitize tiles-sanitize
+        mutant worker-mutant)
 fi
 for s in "${steps[@]}"; do
     run_step "$s"

@@ -158,6 +158,19 @@ class Faulty(TempDir):
         self.assertIn("\x1b[2J", answer["message"])
         self.assert_good_trial(w)
 
+    def test_gpu_oob_is_an_error_answer_without_a_gpu(self):
+        try:
+            import torch
+            if torch.cuda.is_available():
+                self.skipTest("a GPU is present: the read past the end runs (ci/gpu-triton-sanitize.sh)")
+        except ImportError:
+            pass
+        w = self.start(GPU_OOB="oob")
+        answer = w.ask(self.run_trial("x::oob::1"))
+        self.assertEqual(answer["status"], "error", answer)
+        self.assertRegex(answer["message"], "torch|triton|GPU")
+        self.assert_good_trial(w)
+
     def test_hello_faults(self):
         for value, check in (("dup_paths", lambda h: self.assertEqual(h["paths"], ["faulty", "faulty"])),
                              ("many_paths", lambda h: self.assertEqual(len(h["paths"]), 100_000)),
