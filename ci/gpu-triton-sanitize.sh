@@ -30,8 +30,9 @@
 # Writes under ${OUT:-gpu-triton-sanitize-out}: logs/STEP*.log (each command's output),
 # reports/STEP*/ (relattn reports), timings.tsv (step, command, exit code, wall seconds), and
 # bench.json. Every step runs whatever the previous ones gave; the exit code is 0 when every
-# command exited 0 or 1 (a failing trial is a finding, not a broken check), else the first other
-# code (2 bad input, 3 no GPU or no compute-sanitizer).
+# command exited 0 or 1 (a failing trial is a finding, not a broken check) and worker-mutant
+# caught its planted reads, else the first other code (2 bad input, 3 no GPU or no
+# compute-sanitizer; 1 when the planted reads were not caught).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -69,6 +70,33 @@ step() {
     fi
 }
 
+# caught PLAIN SANITIZED: whether the planted reads ($OOB_TRIALS) were caught: every faulty
+# trial passed unsanitized, and sanitized exactly the planted ones failed as out-of-bounds
+# accesses. Prints the verdict; exit 1 when not.
+caught() {
+    python3 - "$OOB_TRIALS" "$@" <<'EOF'
+import glob, json, os, sys
+planted = [p for p in sys.argv[1].split(",") if p]
+def rows(folder):
+    out = []
+    for path in glob.glob(os.path.join(folder, "*", "results.jsonl")):
+        out += [json.loads(line) for line in open(path) if line.strip()]
+    return [r for r in out if r["path"] == "faulty/faulty"]
+plain, sanitized = rows(sys.argv[2]), rows(sys.argv[3])
+wrong = [r["trial"] for r in plain if r["status"] != "pass"]
+for r in sanitized:
+    hit = any(p in r["trial"] for p in planted)
+    oob = r["status"] == "fail" and "out-of-bounds access" in (r.get("message") or "")
+    if hit != oob or (not hit and r["status"] != "pass"):
+        wrong.append(r["trial"])
+hits = sum(any(p in r["trial"] for p in planted) for r in sanitized)
+ok = bool(plain and sanitized and hits and not wrong)
+print(f"worker-mutant: {'caught' if ok else 'NOT CAUGHT'}: {hits} planted of {len(sanitized)} "
+      f"trials; unexpected: {wrong[:5] or 'none'}")
+sys.exit(0 if ok else 1)
+EOF
+}
+
 run_step() {
     case $1 in
     triton-regressions)
@@ -104,7 +132,8 @@ run_step() {
             --no-compile-checks --out "$out/reports/$1-plain"
         step "$1" run --require-gpu --matrix smoke --paths none --impl faulty \
             --sanitize memcheck --no-compile-checks --out "$out/reports/$1"
-        unset RELATTN_FAULTY_GPU_OOB ;;
+        unset RELATTN_FAULTY_GPU_OOB
+        caught "$out/reports/$1-plain" "$out/reports/$1" || { [[ $status -ne 0 ]] || status=1; } ;;
     *)
         echo "gpu-triton-sanitize.sh: unknown step $1 (steps: triton-regressions triton-ci" \
             "triton-bench native-sanitize vllm-sanitize tiles-sanitize mutant worker-mutant)" >&2
