@@ -60,8 +60,8 @@ time was within the tolerance of relattn's reference, and
 
 whether an output written since (`relattn exec --impl vllm --path vllm_op --input FILE --output
 OUT.safetensors`: the op run again on the captured inputs), rounded to the dtype the op
-returned, is the same floats as `captured_out` in every real row (exit 0; 1 with the count of
-differing elements, the largest difference and the NaN counts when not).
+returned, has the same bits as `captured_out` in every real row, NaN wherever it had NaN (exit
+0; 1 with the count of differing elements, the largest difference and the NaN counts when not).
 
 Everything but `install` and the torch half of `Capture.after_call` runs with numpy alone.
 """
@@ -522,21 +522,27 @@ def captured_output(path):
         out = np.frombuffer(raw, dtype={"F16": "<f2", "F32": "<f4"}[dtype]).astype(np.float32)
     out = out.reshape(shape)
     real = int(np.frombuffer(tensors["cu_seqlens_q"][2], dtype="<i4")[-1])
+    if not 0 <= real <= out.shape[0]:
+        raise ValueError(f"{path}: cu_seqlens_q ends at {real}, outside `captured_out`'s "
+                         f"{out.shape[0]} rows")
     out[real:] = np.nan
     return out, real, dtype
 
 
 def compare_outputs(captured, rerun, real):
     """How a rerun's output differs from the captured one over the real rows: None when every
-    element is the same float (NaN where the capture had NaN), else a sentence."""
+    element has the same bits (or is NaN where the capture had NaN), else a sentence."""
     if rerun.shape != captured.shape:
         return f"shape {list(rerun.shape)}, captured {list(captured.shape)}"
-    a, b = captured[:real], rerun[:real]
+    a = np.ascontiguousarray(captured[:real], dtype=np.float32)
+    b = np.ascontiguousarray(rerun[:real], dtype=np.float32)
     nan_a, nan_b = np.isnan(a), np.isnan(b)
-    same = (a == b) | (nan_a & nan_b)
+    # The same bits (so -0.0 is not 0.0), or NaN in both (whatever its payload).
+    same = (a.view(np.uint32) == b.view(np.uint32)) | (nan_a & nan_b)
     if same.all():
         return None
-    diff = np.abs(a - b)[~same & ~nan_a & ~nan_b]
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(a - b)[~same & ~nan_a & ~nan_b]
     worst = f", largest difference {float(diff.max()):.6g}" if diff.size else ""
     rows = int((~same).reshape(real, -1).any(axis=1).sum())
     return (f"{int((~same).sum())} of {same.size} elements differ in {rows} of {real} real rows"
@@ -552,7 +558,7 @@ def main(argv=None):
     output.add_argument("--output", required=True)
     compare = sub.add_parser("compare", help="whether an output file (`relattn exec --output`) "
                              "is, over the real rows, the output the op gave at capture time "
-                             "(exit 0: the same floats; 1: differs; 2: unreadable)")
+                             "(exit 0: the same bits; 1: differs; 2: unreadable)")
     compare.add_argument("file")
     compare.add_argument("output")
     args = parser.parse_args(argv)
@@ -569,7 +575,7 @@ def main(argv=None):
     why = compare_outputs(out, rerun, real)
     name = os.path.basename(args.file)
     if why is None:
-        print(f"{name}: REPRODUCED: the same floats in all {real} real rows")
+        print(f"{name}: REPRODUCED: the same bits in all {real} real rows")
         return 0
     print(f"{name}: DIFFERS: {why}")
     return 1

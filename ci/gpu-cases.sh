@@ -25,7 +25,7 @@
 #            path, each captured output (`captured_out`, the op's own at capture time)
 #            judged against relattn's reference, and the op run again on each captured call
 #            (`relattn exec --impl vllm --path vllm_op`) compared with `captured_out`
-#            (`capture.py compare`: the same floats in every real row, or what differs)
+#            (`capture.py compare`: the same bits in every real row, or what differs)
 #   all      make, run, capture (default)
 #
 # Exit: 0 when every step ran and no native path failed or errored (vLLM's failures are
@@ -148,14 +148,21 @@ if [[ $step == capture || $step == all ]]; then
         done
         rm -f "$base/captured-out.safetensors"
         echo "gpu-cases.sh: the captured outputs judged: $(grep -c ': PASS' "$base/captured-judge.txt") pass, $(grep -c ': FAIL' "$base/captured-judge.txt") fail (captured-judge.txt)" >&2
-        # The op run again on each captured call's inputs: the same floats as at capture time?
+        # The op run again on each captured call's inputs: the same bits as at capture time?
         : >"$base/captured-reproduce.txt"
+        : >"$base/reproduce.log"
         for f in "$captured"/*.safetensors; do
             out_file="$base/rerun-out.safetensors"
+            rm -f "$out_file"
             if "$bin" exec --impl vllm --path vllm_op --input "$f" --output "$out_file" \
                 --worker-timeout-s 600 >>"$base/reproduce.log" 2>&1; then
+                rc=0
                 "$python" "$here/adapters/capture.py" compare "$f" "$out_file" \
-                    >>"$base/captured-reproduce.txt" 2>&1 || true
+                    >>"$base/captured-reproduce.txt" 2>>"$base/reproduce.log" || rc=$?
+                if [[ $rc -gt 1 ]]; then
+                    echo "$(basename "$f"): NOT RUN: capture.py compare exited $rc (reproduce.log)" \
+                        >>"$base/captured-reproduce.txt"
+                fi
             else
                 echo "$(basename "$f"): NOT RUN: relattn exec failed (reproduce.log)" \
                     >>"$base/captured-reproduce.txt"

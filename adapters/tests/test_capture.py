@@ -180,9 +180,12 @@ class Capturing(TempDir):
                            pad_rows=3)
         module = numpy_op("F16")
         c = self.install(module, every=1)
-        _, out = self.call(module, case)
+        # Called with the padding rows, as vLLM's CUDA-graph padding does.
+        _, out = self.call(module, case, q=case.q.astype(np.float16),
+                           rel_logits=case.rel_logits.astype(np.float16))
         [path] = c.written
         real = int(case.cu_seqlens_q[-1])
+        self.assertEqual((out.shape[0], real), (case.T, case.T - 3))
         rerun = out.astype(np.float32)
         rerun[real:] = 12345.0   # padding rows: not the op's to write, not compared
         write_out(self.path("same.safetensors"), rerun)
@@ -203,6 +206,11 @@ class Capturing(TempDir):
         self.assertIn(f"{heads * dim + 1} of {real * heads * dim} elements differ in 2 of "
                       f"{real} real rows", said.getvalue())
         self.assertIn(f"NaN: 0 captured, {heads * dim} now", said.getvalue())
+        # Bits, not values: -0.0 is not 0.0; NaN payloads do not matter.
+        zero, nan2 = np.zeros((1, 1, 2), np.float32), np.full((1, 1, 2), np.nan, np.float32)
+        self.assertIn("1 of 2 elements differ", capture.compare_outputs(zero, zero * [1, -1], 1))
+        other_nan = np.frombuffer(np.uint32([0x7FC00001, 0xFFC00000]).tobytes(), np.float32)
+        self.assertIsNone(capture.compare_outputs(nan2, other_nan.reshape(1, 1, 2), 1))
         # Another shape differs (exit 1); a missing file, a file with no capture: exit 2.
         write_out(self.path("short.safetensors"), rerun[:-1])
         with contextlib.redirect_stdout(io.StringIO()) as said:

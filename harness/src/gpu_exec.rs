@@ -184,7 +184,17 @@ impl Runner for RealExecutor {
             let mut watch = watch.lock().unwrap_or_else(|e| e.into_inner());
             crate::sanitize::check(&mut watch, tool)
         });
-        let checked = checked.transpose().map_err(RunError::Other)?;
+        let checked = match checked.transpose() {
+            Ok(checked) => checked,
+            Err(why) => {
+                // The sanitizer's log could not be read: the trial is an error, and a trapped
+                // run still leaves a device the next trial can use.
+                if matches!(result, Err(GpuError::Trap { .. })) {
+                    let _ = w.recover(req.case_id);
+                }
+                return Err(RunError::Other(why));
+            }
+        };
         // The sanitizer's reports of this trial, which a failed run's message begins with.
         let errors = checked.as_ref().and_then(|c| c.errors.clone());
         let fault = |e: &GpuError| match &errors {
