@@ -722,6 +722,54 @@ fn the_triton_worker_without_its_op_skips_every_trial() {
     );
 }
 
+/// adapters/tests/no_poison.toml, the matrix that tells the Triton op's NaN from unread pages
+/// from its own errors (adapters/FINDINGS.md cites its case ids): the same six cases, three of
+/// them without the poison, and the numpy worker passes all six.
+#[test]
+fn the_no_poison_matrix_keeps_its_cases() {
+    python_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let file = repo().join("adapters/tests/no_poison.toml");
+    let out = relattn_env(
+        &[
+            "run",
+            "--matrix",
+            file.to_str().unwrap(),
+            "--paths",
+            "none",
+            "--impl",
+            "numpy",
+            "--out",
+            dir.path().join("out").to_str().unwrap(),
+        ],
+        &[],
+    );
+    no_panic(&out);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = worker_rows(&dir.path().join("out"));
+    let mut ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["case_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut expected = [
+        "cb91624af9b",
+        "c4c7ce7813b",
+        "c7959a7663b",
+        "cd54f7a2019",
+        "c525240e01f",
+        "c050898e397",
+    ];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    assert!(rows.iter().all(|r| r["status"] == "pass"), "{rows:?}");
+    let unpoisoned = rows
+        .iter()
+        .filter(|r| r["trial"].as_str().unwrap().contains("::no_poison::"))
+        .count();
+    assert_eq!(unpoisoned, 3);
+}
+
 #[test]
 fn route_check_needs_a_worker_with_routing() {
     python_ready();
