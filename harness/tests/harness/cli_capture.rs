@@ -3,24 +3,11 @@
 //! `run --cases` read; with vLLM 0.33.0's files, capture installs on the real op and through the
 //! vllm worker (`adapters/tests/test_capture.py`, `OnVllm`).
 
-use crate::common::text;
+use crate::common::{report_rows as rows, str_or_empty as s, text};
 use serde_json::Value;
-use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::python::{relattn_with_numpy as relattn, repo};
-
-fn rows(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("cpu/results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_default()
-}
 
 /// `python3 SCRIPT ARGS` from `adapters/` with numpy, with `env`.
 fn python(script: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -139,13 +126,10 @@ fn capture_installs_on_vllm_0_33_0s_op_and_through_the_vllm_worker() {
     let Some(root) = crate::cli_worker::vllm_root() else {
         return;
     };
-    let o = Command::new("python3")
-        .args(["-m", "unittest", "-v", "tests.test_capture.OnVllm"])
-        .current_dir(repo().join("adapters"))
-        .env("PYTHONPATH", crate::python::numpy_path())
-        .env("RELATTN_VLLM_ROOT", &root)
-        .output()
-        .expect("python3 runs");
+    let o = crate::python::adapters_unittest(
+        &["-v", "tests.test_capture.OnVllm"],
+        &[("RELATTN_VLLM_ROOT", &root)],
+    );
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(

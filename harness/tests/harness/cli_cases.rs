@@ -6,12 +6,12 @@
 //!
 //! These need `python3` with numpy (installed into the target folder when python3 lacks it).
 
-use crate::common::text;
+use crate::common::{no_panic, report_rows as rows, str_or_empty as s, text};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use crate::python::{relattn_with_numpy as relattn, repo};
 
@@ -31,26 +31,6 @@ fn make_folder(dir: &Path, count: usize) {
 fn sha_id(path: &Path) -> String {
     let digest = Sha256::digest(std::fs::read(path).unwrap());
     format!("c{}", &hex::encode(digest)[..10])
-}
-
-fn rows(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("cpu/results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_default()
-}
-
-fn no_panic(out: &Output) {
-    assert!(
-        !text(&out.stderr).contains("panicked"),
-        "{}",
-        text(&out.stderr)
-    );
 }
 
 /// The worker trials' case ids by file stem.

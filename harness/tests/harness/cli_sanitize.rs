@@ -5,7 +5,7 @@
 //! late in the log, every row says it ran sanitized, and so does the report.
 
 use crate::common;
-use common::text;
+use common::{text, worker_rows};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -99,15 +99,6 @@ fn without_compute_sanitizer_every_sanitized_command_exits_3() {
     );
 }
 
-fn rows(report: &Path) -> Vec<Value> {
-    std::fs::read_to_string(report.join("cpu/results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|r: &Value| r["trial"].as_str().unwrap().starts_with("impl::"))
-        .collect()
-}
-
 /// The smoke tier's decode-mix cases through the numpy worker under the stand-in sanitizer,
 /// one of them reported; the report written `delay_ms` after the answer when given.
 fn sanitized_run(dir: &Path, delay_ms: Option<&str>) -> (Output, Vec<Value>, String) {
@@ -152,7 +143,7 @@ fn sanitized_run(dir: &Path, delay_ms: Option<&str>) -> (Output, Vec<Value>, Str
         ],
         &vars,
     );
-    let rows = rows(&out);
+    let rows = worker_rows(&out);
     (o, rows, target)
 }
 

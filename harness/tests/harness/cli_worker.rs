@@ -8,7 +8,7 @@
 
 use crate::common;
 use approx::abs_diff_eq;
-use common::text;
+use common::{no_panic, report_rows as rows, text, worker_rows};
 
 use relattn_reference::casefile::{read_impl_output, write_case, CaseMeta};
 use relattn_reference::fast;
@@ -61,26 +61,6 @@ fn run_faulty(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     ];
     args.extend_from_slice(extra);
     relattn_env(&args, env)
-}
-
-fn rows(report: &Path) -> Vec<Value> {
-    std::fs::read_to_string(report.join("cpu/results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn worker_rows(report: &Path) -> Vec<Value> {
-    rows(report)
-        .into_iter()
-        .filter(|r| r["trial"].as_str().unwrap().starts_with("impl::"))
-        .collect()
-}
-
-fn no_panic(out: &Output) {
-    let err = text(&out.stderr);
-    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]
@@ -787,20 +767,7 @@ fn route_check_needs_a_worker_with_routing() {
 
 #[test]
 fn the_workers_own_tests_pass() {
-    python_ready();
-    let out = Command::new("python3")
-        .args([
-            "-m",
-            "unittest",
-            "discover",
-            "-s",
-            "adapters/tests",
-            "-t",
-            "adapters",
-        ])
-        .current_dir(repo())
-        .output()
-        .expect("python3 runs");
+    let out = crate::python::adapters_unittest(&["discover", "-s", "tests", "-t", "."], &[]);
     assert!(
         out.status.success(),
         "{}\n{}",

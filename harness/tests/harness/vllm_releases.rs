@@ -96,18 +96,10 @@ fn the_vllm_worker_loads_the_op_from_a_source_checkout() {
     let Some(root) = crate::cli_worker::vllm_root() else {
         return;
     };
-    let o = Command::new("python3")
-        .args([
-            "-m",
-            "unittest",
-            "-v",
-            "tests.test_vllm_worker.SourceCheckout",
-        ])
-        .current_dir(repo().join("adapters"))
-        .env("PYTHONPATH", crate::python::numpy_path())
-        .env("RELATTN_VLLM_ROOT", &root)
-        .output()
-        .expect("python3 runs");
+    let o = crate::python::adapters_unittest(
+        &["-v", "tests.test_vllm_worker.SourceCheckout"],
+        &[("RELATTN_VLLM_ROOT", &root)],
+    );
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
     if err.contains("skipped 'git is not installed'") {

@@ -70,3 +70,17 @@ pub fn relattn_with_numpy(args: &[&str], env: &[(&str, &str)]) -> std::process::
         .output()
         .expect("the relattn binary runs")
 }
+
+/// `python3 -m unittest ARGS` in `adapters/` (the workers' own tests), python3 finding numpy,
+/// with `env`.
+#[allow(dead_code)]
+pub fn adapters_unittest(args: &[&str], env: &[(&str, &Path)]) -> std::process::Output {
+    Command::new("python3")
+        .args(["-m", "unittest"])
+        .args(args)
+        .current_dir(repo().join("adapters"))
+        .env("PYTHONPATH", numpy_path())
+        .envs(env.iter().copied())
+        .output()
+        .expect("python3 runs")
+}
