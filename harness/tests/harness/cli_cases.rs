@@ -6,7 +6,7 @@
 //!
 //! These need `python3` with numpy (installed into the target folder when python3 lacks it).
 
-use crate::common::{no_panic, report_rows as rows, str_or_empty as s, text};
+use crate::common::{no_panic, report_rows as rows, str_or_empty as s, text, worker_rows};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -266,10 +266,7 @@ fn a_failure_in_a_case_folder_is_reproduced_by_its_printed_command_and_rerun() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = relattn(&args, &faulty);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let worker: Vec<Value> = rows(&again)
-        .into_iter()
-        .filter(|r| s(&r["trial"]).starts_with("impl::"))
-        .collect();
+    let worker = worker_rows(&again);
     assert_eq!(worker.len(), 1, "{worker:?}");
     assert_eq!(worker[0]["trial"], failed[0]["trial"]);
     assert_eq!(s(&worker[0]["status"]), "fail");
@@ -328,9 +325,8 @@ fn filters_shards_max_fail_and_resume_work_on_a_case_folder() {
         o
     };
     let worker_cases = |out: &Path| -> BTreeSet<String> {
-        rows(out)
+        worker_rows(out)
             .iter()
-            .filter(|r| s(&r["trial"]).starts_with("impl::"))
             .map(|r| s(&r["case_id"]).to_string())
             .collect()
     };
