@@ -78,7 +78,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 from relattn_worker import (  # noqa: E402
-    Case, bf16_bits_to_f32, log, read_out, read_safetensors, round_to_dtype, write_case,
+    Case, log, read_out, read_safetensors, round_to_dtype, tensor_floats, write_case,
     write_out)
 
 OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
@@ -515,12 +515,8 @@ def captured_output(path):
     if "captured_out" not in tensors:
         raise ValueError(f"{path} has no tensor `captured_out` (captured with "
                          "RELATTN_CAPTURE_OUTPUT=0?)")
-    dtype, shape, raw = tensors["captured_out"]
-    if dtype == "BF16":
-        out = bf16_bits_to_f32(np.frombuffer(raw, dtype="<u2"))
-    else:
-        out = np.frombuffer(raw, dtype={"F16": "<f2", "F32": "<f4"}[dtype]).astype(np.float32)
-    out = out.reshape(shape)
+    out = tensor_floats(path, "captured_out", tensors["captured_out"])
+    dtype = tensors["captured_out"][0]
     real = int(np.frombuffer(tensors["cu_seqlens_q"][2], dtype="<i4")[-1])
     if not 0 <= real <= out.shape[0]:
         raise ValueError(f"{path}: cu_seqlens_q ends at {real}, outside `captured_out`'s "

@@ -158,7 +158,8 @@ def write_safetensors(path, tensors, metadata=None):
         raise
 
 
-def _floats(path, name, entry):
+def tensor_floats(path, name, entry):
+    """A tensor of `read_safetensors` (BF16, F16 or F32) as a new float32 array, values exact."""
     dtype, shape, raw = entry
     if dtype == "BF16":
         return bf16_bits_to_f32(np.frombuffer(raw, dtype="<u2")).reshape(shape)
@@ -343,10 +344,10 @@ def read_case(path):
         if kind != "I32":
             raise ValueError(f"{path}: tensor `{name}` has dtype {kind}, expected I32")
         ints[name] = np.frombuffer(raw, dtype="<i4").astype(np.int32).reshape(shape)
-    case = Case(q=_floats(path, "q", tensors["q"]),
-                key_cache=_floats(path, "key_cache", tensors["key_cache"]),
-                value_cache=_floats(path, "value_cache", tensors["value_cache"]),
-                rel_logits=_floats(path, "rel_logits", tensors["rel_logits"]),
+    case = Case(q=tensor_floats(path, "q", tensors["q"]),
+                key_cache=tensor_floats(path, "key_cache", tensors["key_cache"]),
+                value_cache=tensor_floats(path, "value_cache", tensors["value_cache"]),
+                rel_logits=tensor_floats(path, "rel_logits", tensors["rel_logits"]),
                 softmax_scale=scale, rel_extent=extent, window_left=window, dtype=dtype,
                 cache_layout=layout, case_id=meta.get("case_id"), seed=seed, **ints)
     case.validate(where=str(path))
@@ -390,7 +391,7 @@ def read_out(path):
     tensors, _ = read_safetensors(path)
     if "out" not in tensors:
         raise ValueError(f"{path}: missing tensor `out`")
-    return _floats(path, "out", tensors["out"])
+    return tensor_floats(path, "out", tensors["out"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,8 +31,7 @@
 # Exit: 0 when every step ran and no native path failed or errored (vLLM's failures are
 # findings, listed in the counts and in adapters/FINDINGS.md, not this script's failure); 1 when
 # a native path failed or errored, or a captured call run again did not give its captured output;
-# otherwise the failing step's exit code (2: bad input, 3: no
-# usable GPU).
+# otherwise the failing step's exit code (2: bad input, 3: no usable GPU).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
