@@ -3,8 +3,10 @@
 //! trials (`RELATTN_FILTER`).
 //!
 //! An expression is terms joined by `&`, all of which must hold:
-//! - `key=v1,v2`: the parameter is one of the values; a value also matches a longer one that
-//!   continues with `_` (`layer=local` matches `local_e512`, `page_size=16` only 16);
+//! - `key=v1,v2`: the parameter is one of the values, whole (`path=vllm/vllm_op` is not
+//!   `vllm/vllm_op_sheared`, `page_size=16` not 160); on a key whose values are families
+//!   ([`FAMILY_KEYS`]: `layer`), a value also matches a longer one that continues it with `_`
+//!   (`layer=local` matches `local_e512`);
 //! - `key!=v1,v2`: it is none of them;
 //! - `key~text`: its value contains `text` (`name~c97f5` for part of a trial name).
 //!
@@ -18,6 +20,10 @@ use relattn_routing::PathId;
 
 /// Keys that are not case parameters.
 const TRIAL_KEYS: [&str; 3] = ["name", "path", "case"];
+
+/// Keys whose values name a family and its members (`local`, `local_e512`): every other key's
+/// values are names, matched whole.
+pub const FAMILY_KEYS: [&str; 1] = ["layer"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Op {
@@ -38,8 +44,8 @@ pub struct Filter {
     terms: Vec<Term>,
 }
 
-/// Whether `value` is `wanted`, or continues it with `_`.
-fn is(value: &str, wanted: &str) -> bool {
+/// Whether `value` is `wanted`, or continues it with `_` (a member of the family `wanted`).
+fn in_family(value: &str, wanted: &str) -> bool {
     value == wanted
         || value
             .strip_prefix(wanted)
@@ -119,17 +125,21 @@ impl Filter {
     }
 
     /// Whether `case` has a trial the filter could select (for lists of cases): its parameters
-    /// and id hold, a `path` term holds for a native path the case is not excluded from, and
-    /// `name` terms are left to the trials.
+    /// and id hold, a `path` term holds for a native path the case is not excluded from or
+    /// names a worker's path (`NAME/PATH`: a worker may take any case), and `name` terms are
+    /// left to the trials.
     pub fn matches_case(&self, case: &Case) -> bool {
         let params = case.params();
         self.terms.iter().all(|term| match term.key.as_str() {
             "name" => true,
             "case" => term.holds(Some(&case.id)),
-            "path" => PathId::ALL
-                .iter()
-                .filter(|p| !case.excluded.contains_key(p))
-                .any(|p| term.holds(Some(p.as_str()))),
+            "path" => {
+                matches!(&term.op, Op::In(vs) if vs.iter().any(|v| v.contains('/')))
+                    || PathId::ALL
+                        .iter()
+                        .filter(|p| !case.excluded.contains_key(p))
+                        .any(|p| term.holds(Some(p.as_str())))
+            }
             key => term.holds(
                 params
                     .iter()
@@ -141,11 +151,20 @@ impl Filter {
 }
 
 impl Term {
+    /// Whether `value` is `wanted`: whole, or a member of its family on a family key.
+    fn is(&self, value: &str, wanted: &str) -> bool {
+        if FAMILY_KEYS.contains(&self.key.as_str()) {
+            in_family(value, wanted)
+        } else {
+            value == wanted
+        }
+    }
+
     /// A missing value (a routing trial has no layer) holds only for `!=`.
     fn holds(&self, value: Option<&str>) -> bool {
         match (&self.op, value) {
-            (Op::In(vs), Some(v)) => vs.iter().any(|w| is(v, w)),
-            (Op::NotIn(vs), Some(v)) => !vs.iter().any(|w| is(v, w)),
+            (Op::In(vs), Some(v)) => vs.iter().any(|w| self.is(v, w)),
+            (Op::NotIn(vs), Some(v)) => !vs.iter().any(|w| self.is(v, w)),
             (Op::Contains(text), Some(v)) => v.contains(text.as_str()),
             (Op::NotIn(_), None) => true,
             (_, None) => false,
@@ -198,16 +217,30 @@ mod tests {
         assert!(Filter::parse(" & ").unwrap_err().contains("no term"));
     }
 
+    fn term(text: &str) -> Term {
+        Filter::parse(text).unwrap().terms.remove(0)
+    }
+
     #[test]
-    fn a_value_matches_itself_or_what_continues_it_with_an_underscore() {
-        assert!(is("local_e512", "local"));
-        assert!(is("local_e512", "local_e512"));
-        assert!(!is("local_e512", "loc"));
-        assert!(!is("16", "1"));
-        let t = Term {
-            key: "page_size".into(),
-            op: Op::NotIn(vec!["16".into()]),
-        };
+    fn a_family_value_matches_itself_or_what_continues_it_with_an_underscore() {
+        let local = term("layer=local");
+        assert!(local.holds(Some("local_e512")) && local.holds(Some("local")));
+        assert!(term("layer=local_e512").holds(Some("local_e512")));
+        assert!(!term("layer=loc").holds(Some("local_e512")));
+        assert!(!term("layer!=local").holds(Some("local_e512")));
+    }
+
+    #[test]
+    fn every_other_value_matches_whole() {
+        let op = term("path=vllm/vllm_op");
+        assert!(op.holds(Some("vllm/vllm_op")));
+        assert!(!op.holds(Some("vllm/vllm_op_sheared")));
+        assert!(!op.holds(Some("vllm/vllm_op_splits")));
+        assert!(term("path!=vllm/vllm_op").holds(Some("vllm/vllm_op_splits")));
+        assert!(!term("mix=decode").holds(Some("decode_8193")));
+        assert!(!term("layout=nhd").holds(Some("nhd_packed")));
+        assert!(!term("page_size=1").holds(Some("16")));
+        let t = term("page_size!=16");
         assert!(t.holds(Some("128")) && !t.holds(Some("16")) && t.holds(None));
     }
 }

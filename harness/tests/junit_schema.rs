@@ -1,8 +1,9 @@
 //! junit.xml against the JUnit schema CI importers check: `tests/data/junit-10.xsd`, the Jenkins
 //! xunit plugin's junit-10.xsd (MIT, its licence in the file) as pytest 8.3.4's source
 //! distribution ships it for the same check. Validated by python3 with the `xmlschema` package
-//! (or `lxml`); no Rust crate validates this schema correctly yet. Without either, the checks
-//! are ignored when the list is built, with the reason printed.
+//! (or `lxml`); no Rust crate validates this schema correctly yet. Without either, xmlschema is
+//! installed once into `target/` (as the worker tests install numpy); where pip cannot get it
+//! (no network), the checks are ignored when the list is built, with the reason printed.
 //!
 //! The checks: the junit.xml of a real CPU run (routing passes, reference checks, GPU suites
 //! whose trials are all skipped), one written from rows of every status with hostile text, and
@@ -10,6 +11,8 @@
 //! `skipped` count on the root), so a validator that checks nothing cannot pass.
 
 mod common;
+#[allow(dead_code)]
+mod python;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use relattn_reports::{Environment, ReportWriter, Row, Status};
@@ -42,27 +45,30 @@ fn schema() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit-10.xsd")
 }
 
-/// Why the schema cannot be checked on this machine, if it cannot.
-fn no_validator() -> Option<String> {
-    let probe = Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util as u, sys; \
-             sys.exit(0 if u.find_spec('xmlschema') or u.find_spec('lxml') else 1)",
-        ])
-        .output();
-    match probe {
-        Ok(out) if out.status.success() => None,
-        Ok(_) => Some(
-            "python3 has neither xmlschema nor lxml: `python3 -m pip install xmlschema`".into(),
-        ),
-        Err(e) => Some(format!("no python3 to validate with ({e})")),
-    }
+/// The `PYTHONPATH` under which python3 has a validator (xmlschema or lxml), or why there is none.
+fn validator_path() -> Result<String, String> {
+    static PATH: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let probe = Command::new("python3")
+            .args([
+                "-c",
+                "import importlib.util as u, sys; \
+                 sys.exit(0 if u.find_spec('xmlschema') or u.find_spec('lxml') else 1)",
+            ])
+            .output();
+        match probe {
+            Ok(out) if out.status.success() => Ok(String::new()),
+            Ok(_) => python::package_path("xmlschema", "xmlschema"),
+            Err(e) => Err(format!("no python3 to validate with ({e})")),
+        }
+    })
+    .clone()
 }
 
 /// (passed, what the validator printed).
 fn validate(files: &[&Path]) -> (bool, String) {
     let out = Command::new("python3")
+        .env("PYTHONPATH", validator_path().unwrap_or_default())
         .arg("-c")
         .arg(VALIDATE)
         .arg(schema())
@@ -173,7 +179,7 @@ fn validator_rejects() -> Result<(), Failed> {
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let ignore = no_validator();
+    let ignore = validator_path().err();
     if let (Some(why), false) = (&ignore, args.list) {
         eprintln!("junit_schema: ignored: {why}");
     }

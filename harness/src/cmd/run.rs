@@ -69,7 +69,8 @@ pub struct Args {
     pub case: Option<String>,
     /// Only the trials this expression selects, e.g. 'layer=local & dtype=fp16 & path=fallback'
     /// (terms joined by &: key=a,b key!=a key~text; keys: name, path, case and the case
-    /// parameters of the reports; layer=local also matches local_e512).
+    /// parameters of the reports; values match whole, except layer's families: layer=local also
+    /// matches local_e512).
     #[arg(long, value_name = "EXPR")]
     pub filter: Option<String>,
     /// Only the trials whose name contains TEXT (pytest's -k); with --filter, both.
@@ -525,10 +526,11 @@ pub fn run_with(
         .iter()
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
+    // One run, one total: the wall time of the timing line, setup included.
     eprintln!(
-        "relattn run: {} in {:.1}s; report in {}",
+        "relattn run: {} in {:.1} s; report in {}",
         line.join(", "),
-        started.elapsed().as_secs_f64(),
+        split.wall_s,
         dir.display()
     );
     if !summary.all_passed() {

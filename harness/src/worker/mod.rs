@@ -7,6 +7,7 @@ pub mod process;
 pub mod protocol;
 pub mod runner;
 pub mod text;
+pub mod vllm_tree;
 
 pub use live::end_all;
 pub use runner::WorkerRunner;
@@ -34,6 +35,9 @@ pub struct WorkerSpec {
     pub label: String,
     /// `--sanitize`: every process of the worker runs under this sanitizer.
     pub sanitizer: Option<crate::sanitize::Sanitizer>,
+    /// A shipped worker that loads vLLM's op ([`vllm_tree::NEEDS_VLLM`]): started with the
+    /// vLLM tree [`vllm_tree::resolve`] finds.
+    pub needs_vllm: bool,
 }
 
 impl WorkerSpec {
@@ -51,6 +55,7 @@ impl WorkerSpec {
                 shlex::try_quote(line).unwrap_or_else(|_| line.into())
             ),
             sanitizer: None,
+            needs_vllm: false,
         })
     }
 
@@ -80,7 +85,24 @@ impl WorkerSpec {
             command: vec![python, script.to_string_lossy().into_owned()],
             label: format!("--impl {name}"),
             sanitizer: None,
+            needs_vllm: vllm_tree::NEEDS_VLLM.contains(&name),
         })
+    }
+
+    /// Environment variables the worker's processes get beyond relattn's own: the vLLM tree of
+    /// a worker that loads vLLM's op, when relattn supplies it.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let python = self.command.first().map_or("python3", String::as_str);
+        match (self.needs_vllm, adapters_dir()) {
+            (true, Some(dir)) => match vllm_tree::resolve(python, &dir) {
+                vllm_tree::VllmTree::Pinned(root) => vec![(
+                    "RELATTN_VLLM_ROOT".into(),
+                    root.to_string_lossy().into_owned(),
+                )],
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
     }
 }
 

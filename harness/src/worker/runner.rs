@@ -62,13 +62,15 @@ fn start(
     timeout: Duration,
     dir: &Path,
 ) -> Result<(Process, Hello, Option<LogWatch>), String> {
+    let mut env = spec.env();
     let (mut p, watch) = match &spec.sanitizer {
-        None => (Process::spawn(&spec.command)?, None),
+        None => (Process::spawn_with(&spec.command, &env)?, None),
         Some(s) => {
             static LOGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let n = LOGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let log = dir.join(format!("sanitizer-{n}.log"));
-            let p = Process::spawn_with(&s.wrap(&log, &spec.command), &s.worker_env())?;
+            env.extend(s.worker_env());
+            let p = Process::spawn_with(&s.wrap(&log, &spec.command), &env)?;
             (p, Some(LogWatch::new(log)))
         }
     };
@@ -477,6 +479,7 @@ for line in sys.stdin:
             command: vec!["python3".into(), "-c".into(), script],
             label: "--worker twice".into(),
             sanitizer: None,
+            needs_vllm: false,
         };
         WorkerRunner::start(spec, Duration::from_secs(10)).unwrap()
     }

@@ -22,6 +22,8 @@ fn start(args: &[&str], tmp: &Path) -> Child {
         .args(args)
         .env("RUST_BACKTRACE", "1")
         .env("TMPDIR", tmp)
+        // The `--impl numpy` runs need numpy, which a fresh machine's python3 lacks.
+        .env("PYTHONPATH", crate::python::numpy_path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -166,28 +168,83 @@ fn processes_with_env(needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// A second interrupt ends the run at once (exit 130), and its workers and their case folders
-/// with it: exiting skips the drops that end them otherwise.
-#[test]
-fn a_second_interrupt_ends_the_run_and_its_workers_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let tmp = dir.path().join("second-interrupt-tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    let out = dir.path().join("out");
-    let out_s = out.to_string_lossy().into_owned();
-    let args = [
-        "run", "--matrix", "smoke", "--impl", "numpy", "--out", &out_s,
-    ];
-    let child = start(&args, &tmp);
+/// Start `args` in a fresh TMPDIR under `dir` and wait for its first row in `out`.
+fn started_run(args: &[&str], tmp: &Path, out: &Path, env: &[(&str, &str)]) -> Child {
+    std::fs::create_dir_all(tmp).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_relattn"));
+    command
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env("TMPDIR", tmp)
+        .env("PYTHONPATH", crate::python::numpy_path())
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = command.spawn().expect("relattn starts");
     let rows = out.join("cpu/results.jsonl");
     let waited = Instant::now();
     while std::fs::metadata(&rows).map_or(0, |m| m.len()) == 0 {
         assert!(waited.elapsed() < Duration::from_secs(60), "no row written");
         std::thread::sleep(Duration::from_millis(20));
     }
+    child
+}
+
+/// One CI timeout: GNU `timeout` sends SIGTERM to relattn and then to its process group, two
+/// signals milliseconds apart. They count as one stop: one whole INCOMPLETE report (summary.md
+/// and junit.xml written), exit 1, not the "stop at once" of a second interrupt.
+#[test]
+fn two_signals_together_are_one_stop_with_a_whole_incomplete_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    let out = dir.path().join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let args = [
+        "run", "--matrix", "smoke", "--impl", "numpy", "--out", &out_s,
+    ];
+    let child = started_run(&args, &tmp, &out, &[]);
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(10));
+    kill(pid, Signal::SIGTERM).unwrap();
+    let ended = finish(child, Duration::from_secs(60));
+    let err = text(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(1), "{err}");
+    assert!(!err.contains("second interrupt"), "{err}");
+    assert!(err.contains("INCOMPLETE"), "{err}");
+    for file in ["summary.md", "junit.xml", "results.csv"] {
+        assert!(
+            out.join("cpu").join(file).is_file(),
+            "{file} missing: {err}"
+        );
+    }
+    let summary = std::fs::read_to_string(out.join("cpu/summary.md")).unwrap();
+    assert!(summary.contains("INCOMPLETE"));
+}
+
+/// A second interrupt, two seconds after the first, ends the run at once (exit 130), and its
+/// workers and their case folders with it: exiting skips the drops that end them otherwise. A
+/// worker trial that never answers keeps the first stop waiting, as a slow kernel would.
+#[test]
+fn a_second_interrupt_ends_the_run_and_its_workers_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("second-interrupt-tmp");
+    let out = dir.path().join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let worker = format!(
+        "python3 {}",
+        crate::python::repo()
+            .join("adapters/faulty_worker.py")
+            .display()
+    );
+    let args = [
+        "run", "--matrix", "smoke", "--worker", &worker, "--out", &out_s,
+    ];
+    let child = started_run(&args, &tmp, &out, &[("RELATTN_FAULTY_HANG", "::")]);
     let pid = Pid::from_raw(child.id() as i32);
     kill(pid, Signal::SIGINT).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    std::thread::sleep(Duration::from_secs(2));
     kill(pid, Signal::SIGINT).unwrap();
     let ended = finish(child, Duration::from_secs(30));
     let err = text(&ended.stderr);

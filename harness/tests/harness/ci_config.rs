@@ -57,3 +57,59 @@ fn the_cpu_job_runs_nextest_with_that_profile_or_falls_back_to_cargo_test() {
     );
     assert!(text.contains("target/nextest/ci/junit.xml"), "{text}");
 }
+
+/// The README's first code block: the main job's command and the test command.
+fn readme_commands() -> (String, String) {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("README.md has a ```sh block");
+    let command = |l: &str| l.split('#').next().unwrap().trim().to_string();
+    let lines: Vec<String> = block
+        .lines()
+        .map(command)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the README starts with two commands: {lines:?}"
+    );
+    (lines[0].clone(), lines[1].clone())
+}
+
+/// `.ci/run` runs exactly the README's test command, on a machine like a new user's: it
+/// installs no Python package beforehand (the tests fetch what they need themselves), so a green
+/// CI means a new user's run is green too.
+#[test]
+fn ci_runs_the_readmes_test_command_and_installs_no_python_package() {
+    let (main_job, test_command) = readme_commands();
+    assert!(main_job.starts_with("cargo run --release"), "{main_job}");
+    assert!(test_command.starts_with("cargo test"), "{test_command}");
+    let script = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    let commands: Vec<&str> = script
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(
+        commands.last().copied(),
+        Some(test_command.as_str()),
+        ".ci/run must end with the README's test command"
+    );
+    assert_eq!(
+        commands.iter().filter(|l| l.contains("cargo ")).count(),
+        1,
+        ".ci/run runs one cargo command: {commands:#?}"
+    );
+    for l in &commands {
+        let installs = l.contains("pip install")
+            || l.contains("pip3 install")
+            || l.contains("uv pip")
+            || l.contains("apt-get install")
+            || l.contains("ensurepip --upgrade");
+        assert!(!installs, ".ci/run installs a package: `{l}`");
+    }
+}

@@ -30,6 +30,26 @@ fn run_without_a_gpu_writes_a_complete_cpu_report() {
         "{progress:?}"
     );
     assert!(stderr.contains("relattn run: time: wall "), "{stderr}");
+    // One run, one total: the final line's time is the timing line's wall time.
+    let after = |marker: &str| -> String {
+        let at = stderr
+            .find(marker)
+            .unwrap_or_else(|| panic!("no `{marker}`: {stderr}"));
+        stderr[at + marker.len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let wall = after("relattn run: time: wall ");
+    let final_line = stderr
+        .lines()
+        .find(|l| l.contains("; report in "))
+        .unwrap_or_else(|| panic!("no final line: {stderr}"));
+    assert!(
+        final_line.contains(&format!(" in {wall} s; report in ")),
+        "the final line's time is not the wall time {wall} s: {final_line}"
+    );
     let cpu = dir.path().join("cpu");
     for file in [
         "results.csv",

@@ -1,56 +1,97 @@
-//! python3 with numpy, which the workers need, for the test binaries that start workers.
+//! python3 with the packages the tests need (numpy for the workers, xmlschema for the JUnit
+//! schema check), for the test binaries that start python3. A package python3 lacks is installed
+//! once with pip into a folder of its own under the test target's temporary directory (nothing
+//! outside `target/` changes), so the README's test command needs only python3 with pip.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-fn has_numpy(path: &str) -> Result<bool, String> {
+fn imports(module: &str, path: &str) -> Result<bool, String> {
     Command::new("python3")
-        .args(["-c", "import numpy"])
+        .args(["-c", &format!("import {module}")])
         .env("PYTHONPATH", path)
         .output()
         .map(|o| o.status.success())
         .map_err(|e| format!("python3 cannot be started: {e}"))
 }
 
-/// The `PYTHONPATH` under which python3 imports numpy, checked once: empty when python3 has it,
-/// else a folder under the test target's temporary directory where it is installed with pip
-/// (nothing outside that folder changes). Panics, saying why, when neither works.
-pub fn numpy_path() -> &'static str {
-    static READY: OnceLock<Result<String, String>> = OnceLock::new();
-    let ready = READY.get_or_init(|| {
-        if has_numpy("")? {
+/// Install `package` into `dir`: pip writes a folder beside it first and renames it into place,
+/// so test binaries that install at the same time (nextest runs tests in processes of their
+/// own) never see half a package.
+fn install(package: &str, dir: &Path) -> Result<(), String> {
+    let staging = dir.with_extension(format!("partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .arg("--target")
+        .arg(&staging)
+        .arg(package)
+        .output()
+        .map_err(|e| format!("python3 -m pip cannot be started: {e}"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(format!(
+            "python3 has no {package} and `pip install --target {} {package}` failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // Another process may have put its copy in place first: either copy will do.
+    if std::fs::rename(&staging, dir).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    Ok(())
+}
+
+/// Each module asked for, and where python3 finds it (or why it cannot).
+type Found = Vec<(String, Result<String, String>)>;
+
+/// The `PYTHONPATH` under which python3 imports `module` (installed as `package`), checked once
+/// per process: empty when python3 has it, else its folder under `target/`, installed there on
+/// first use. Err says why neither works (no python3, no pip, no network).
+pub fn package_path(module: &str, package: &str) -> Result<String, String> {
+    static READY: OnceLock<Mutex<Found>> = OnceLock::new();
+    let ready = READY.get_or_init(|| Mutex::new(Vec::new()));
+    let mut ready = ready.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, found)) = ready.iter().find(|(m, _)| m == module) {
+        return found.clone();
+    }
+    let found = (|| {
+        if imports(module, "")? {
             return Ok(String::new());
         }
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-deps");
-        let dir = dir.to_string_lossy().into_owned();
-        if has_numpy(&dir)? {
-            return Ok(dir);
+        let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("python-deps")
+            .join(package);
+        let dir_s = dir.to_string_lossy().into_owned();
+        if !imports(module, &dir_s)? {
+            std::fs::create_dir_all(dir.parent().unwrap()).map_err(|e| e.to_string())?;
+            install(package, &dir)?;
         }
-        let out = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(["--target", &dir, "numpy"])
-            .output()
-            .map_err(|e| format!("python3 -m pip cannot be started: {e}"))?;
-        if out.status.success() && has_numpy(&dir)? {
-            Ok(dir)
+        if imports(module, &dir_s)? {
+            Ok(dir_s)
         } else {
             Err(format!(
-                "python3 has no numpy and `pip install --target {dir} numpy` failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+                "{package} was installed into {dir_s} but python3 cannot import it"
             ))
         }
-    });
-    match ready {
-        Ok(path) => path,
-        Err(e) => panic!("{e}"),
-    }
+    })();
+    ready.push((module.to_string(), found.clone()));
+    found
+}
+
+/// The `PYTHONPATH` under which python3 imports numpy (`package_path`). Panics, saying why,
+/// when it cannot be had: every worker test needs it.
+pub fn numpy_path() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| package_path("numpy", "numpy").unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The repository's root (the workspace above the harness crate).
