@@ -80,8 +80,8 @@ import numpy as np  # noqa: E402
 from relattn_worker import (  # noqa: E402
     Case, log, read_out, read_safetensors, round_to_dtype, tensor_floats, write_case,
     write_out)
+from vllm_loader import OP_MODULE  # noqa: E402
 
-OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
 OP_CLASS = "InklingFA4RelAttentionKernel"
 # torch dtype name -> case-file dtype.
 DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}

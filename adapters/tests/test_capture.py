@@ -225,8 +225,8 @@ class Capturing(TempDir):
 @unittest.skipUnless(ROOT, NO_ROOT)
 class OnVllm(TempDir):
     def test_install_wraps_vllms_op_and_binds_its_arguments(self):
-        import vllm_worker
-        op = vllm_worker.load_op(ROOT)
+        import vllm_loader
+        op = vllm_loader.load_op(ROOT)
         self.assertIsNone(op.error)
         c = capture.install(op.module, capture=capture.Capture(settings(self.path("c"), every=1)))
         try:

@@ -12,6 +12,7 @@ import unittest
 import numpy as np
 
 import triton_worker
+import vllm_loader
 from relattn_worker import Unsupported, read_out, write_case
 from tests import spec_routing
 from tests.casegen import random_case
@@ -88,7 +89,7 @@ class RouteAnswer(unittest.TestCase):
 @unittest.skipUnless(ROOT, NO_ROOT)
 class TritonRouting(unittest.TestCase):
     def setUp(self):
-        self.op = triton_worker.vllm_worker.load_op(ROOT, triton_worker.TRITON_OP)
+        self.op = vllm_loader.load_op(ROOT, triton_worker.TRITON_OP)
         if self.op.error:
             raise AssertionError(self.op.error)
         self.decode = sys.modules[triton_worker.DECODE_MODULE]
