@@ -38,7 +38,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch_common  # noqa: E402
-from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, log, serve  # noqa: E402
+from relattn_worker import (  # noqa: E402
+    Unsupported, Worker, bucket_max_seqlen_q, serve, unsupported_when_unavailable)
 
 PATH = "fa4_score_mod"
 WORKER_VERSION = "1.0"
@@ -149,7 +150,7 @@ class Fa4Worker(Worker):
     def __init__(self, device="cuda", layout="vllm"):
         self.layout = layout
         self.device_name = device
-        self.torch, self.fa4, self.unavailable = None, None, None
+        self.torch, self.fa4 = None, None
         self.major = None
         torch, why = torch_common.load_torch()
         versions = []
@@ -171,15 +172,12 @@ class Fa4Worker(Worker):
                     self.torch, self.fa4 = torch, fa4
                     versions.append(f"flash-attn-4 {package_version('flash-attn-4')}")
                     versions.append(f"nvidia-cutlass-dsl {package_version('nvidia-cutlass-dsl')}")
-        self.unavailable = why
-        if why:
-            log(f"fa4 worker: every run will answer unsupported: {why}")
+        self.set_unavailable(why, "fa4 worker")
         self.version = f"{WORKER_VERSION} ({', '.join(versions) or why})"
         self.split_paths = [PATH] if self.major in SPLIT_MAJORS and not why else []
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
-        if self.unavailable:
-            raise Unsupported(self.unavailable)
         check_case(case, self.major)
         if num_splits is not None and num_splits > 1 and self.major not in SPLIT_MAJORS:
             raise Unsupported(f"FA4 has no split-KV on SM{self.major}x (num_splits {num_splits} asked)")

@@ -51,7 +51,8 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch_common  # noqa: E402
-from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, cpu_timed, log, serve  # noqa: E402
+from relattn_worker import (  # noqa: E402
+    Unsupported, Worker, bucket_max_seqlen_q, cpu_timed, serve, unsupported_when_unavailable)
 from vllm_loader import (  # noqa: E402
     OpSource, canonicalize_singleton_dim_strides, load_op, parse_capability, stand_in_module)
 
@@ -192,12 +193,10 @@ class TritonWorker(Worker):
         self.device_name = device
         self.op = load_op(root, TRITON_OP)
         self.decode = sys.modules.get(DECODE_MODULE) if self.op.error is None else None
-        self.torch, self.unavailable = None, self.op.error
+        self.torch = None
         versions = [f"vllm {self.op.version or 'unknown'} ({self.op.how})"] if not self.op.error else []
-        if not self.op.error:
-            self.unavailable = self._probe(versions)
-        if self.unavailable:
-            log(f"triton worker: every run will answer unsupported: {self.unavailable}")
+        # Without the op there is nothing to probe: its error is the reason.
+        self.set_unavailable(self.op.error or self._probe(versions), "triton worker")
         runs = f"; runs unsupported: {self.unavailable}" if self.unavailable and versions else ""
         self.version = f"{WORKER_VERSION} ({', '.join(versions) or self.unavailable}{runs})"
 
@@ -230,9 +229,8 @@ class TritonWorker(Worker):
             raise Unsupported(self.op.error)
         return route_answer(self.op.module, self.decode, cc, shape)
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
-        if self.unavailable:
-            raise Unsupported(self.unavailable)
         if num_splits is not None:
             raise Unsupported("the Triton op takes no split count (it deletes `num_splits`)")
         if case.dtype not in ("BF16", "F16"):

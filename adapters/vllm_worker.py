@@ -53,7 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import torch_common  # noqa: E402
-from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, log, serve  # noqa: E402
+from relattn_worker import (  # noqa: E402
+    Unsupported, Worker, bucket_max_seqlen_q, log, serve, unsupported_when_unavailable)
 from vllm_loader import (  # noqa: E402
     StandInPlatform, canonicalize_singleton_dim_strides, load_op, parse_capability)
 
@@ -201,6 +202,8 @@ class VllmWorker(Worker):
         self.torch, self.gpu_error = None, None
         self.kernel_errors = {}
         self._probe_gpu()
+        # Not logged again: the op's error is logged above, and hello's version says it.
+        self.set_unavailable(self.op.error or (self.gpu_error and f"no GPU run here: {self.gpu_error}"))
 
     def _install_capture(self):
         """With RELATTN_CAPTURE_DIR set, wrap the loaded op with capture.py (every call this
@@ -244,11 +247,8 @@ class VllmWorker(Worker):
                 self.kernel_errors[name] = f"cannot import {name}: {type(e).__name__}: {e}"
         return self.kernel_errors[name]
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
-        if self.op.error:
-            raise Unsupported(self.op.error)
-        if self.gpu_error:
-            raise Unsupported(f"no GPU run here: {self.gpu_error}")
         if case.dtype not in TORCH_DTYPES:
             raise Unsupported(f"vLLM's op takes bf16 or fp16 inputs, not {case.dtype}")
         torch, module = self.torch, self.op.module
