@@ -33,12 +33,9 @@ still answers hello, and every run answers "unsupported" with the reason.
 import argparse
 import functools
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import torch_common  # noqa: E402
-from relattn_worker import (  # noqa: E402
+import torch_common
+from relattn_worker import (
     Unsupported, Worker, bucket_max_seqlen_q, serve, unsupported_when_unavailable)
 
 PATH = "fa4_score_mod"

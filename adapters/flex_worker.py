@@ -33,15 +33,11 @@ with the reason.
 """
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import torch_common  # noqa: E402
-from relattn_worker import (  # noqa: E402
+import torch_common
+from relattn_worker import (
     Unsupported, Worker, cpu_timed, serve, unsupported_when_unavailable)
 
 PATH = "flex"

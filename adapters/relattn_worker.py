@@ -26,6 +26,9 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
         serve(MyWorker())
 
 Everything here imports with numpy alone; torch is never imported by this module.
+
+Workers run as scripts (`python3 adapters/NAME_worker.py`), so Python puts adapters/ first on
+their sys.path and they import this library, torch_common.py and vllm_loader.py by name.
 """
 
 import functools

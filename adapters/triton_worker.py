@@ -48,12 +48,10 @@ import os
 import sys
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import torch_common  # noqa: E402
-from relattn_worker import (  # noqa: E402
+import torch_common
+from relattn_worker import (
     Unsupported, Worker, bucket_max_seqlen_q, cpu_timed, serve, unsupported_when_unavailable)
-from vllm_loader import (  # noqa: E402
+from vllm_loader import (
     OpSource, canonicalize_singleton_dim_strides, load_op, parse_capability, stand_in_module)
 
 OP_MODULE = "vllm.models.inkling.amd.ops.fa4_rel_attention"

@@ -46,16 +46,13 @@ import argparse
 import contextlib
 import importlib
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import torch_common  # noqa: E402
-from relattn_worker import (  # noqa: E402
+import torch_common
+from relattn_worker import (
     Unsupported, Worker, bucket_max_seqlen_q, log, serve, unsupported_when_unavailable)
-from vllm_loader import (  # noqa: E402
+from vllm_loader import (
     StandInPlatform, canonicalize_singleton_dim_strides, load_op, parse_capability)
 
 PATHS = ["vllm_op", "vllm_op_sheared", "vllm_op_splits"]
