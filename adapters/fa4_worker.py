@@ -23,7 +23,7 @@ an output buffer poisoned with NaN; the padding rows are never written.
 
 The package needs a CUDA GPU of compute capability 9.x, 10.x or 11.x for this call (FA4 has no
 score_mod and no paged KV on SM8x, and no paged KV on SM12x), bf16 or fp16 inputs, and the
-packages of adapters/install_packages.sh on PYTHONPATH. When any of that is missing the worker
+packages of adapters/tools/install_packages.sh on PYTHONPATH. When any of that is missing the worker
 still answers hello, and every run answers "unsupported" with the reason.
 
     relattn run --impl fa4 ...                          # relattn starts this file

@@ -7,7 +7,7 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
 
   Unsupported             raise it in run/route: the answer is status "unsupported"
   Case, read_case(path)   a case file: float32 arrays of the stored values, int32 indices
-  write_case(path, case)  the inverse (tests and capture.py build case files with it; extra
+  write_case(path, case)  the inverse (tests and tools/capture.py build case files with it; extra
                           metadata and tensors beside the case's own, which readers ignore)
   write_out(path, array)  the output file: one F32 tensor `out` [T, H, D], atomically replaced
   Worker                  name, version, paths, split_paths, device, capability; run, route;
@@ -28,7 +28,8 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
 Everything here imports with numpy alone; torch is never imported by this module.
 
 Workers run as scripts (`python3 adapters/NAME_worker.py`), so Python puts adapters/ first on
-their sys.path and they import this library, torch_common.py and vllm_loader.py by name.
+their sys.path and they import this library, torch_common.py and vllm_loader.py by name; the
+Python tools of tools/ put adapters/ there with tools/adapters_path.py.
 """
 
 import functools

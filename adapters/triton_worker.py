@@ -13,7 +13,7 @@ It ships in every vLLM wheel. Its Triton kernels run on NVIDIA GPUs as they are:
   * the gluon kernels are gfx950-only (`on_gfx950()`, false on NVIDIA): never taken here.
 
 Loaded as vllm_worker.py loads its op, by vllm_loader.py: from an unpacked wheel
-(`RELATTN_VLLM_ROOT`, adapters/fetch_vllm.sh) or an installed vLLM, with bare packages over
+(`RELATTN_VLLM_ROOT`, adapters/tools/fetch_vllm.sh) or an installed vLLM, with bare packages over
 `vllm.models.inkling.amd(.ops)` and stand-ins for `vllm.platforms.rocm` (`on_gfx950` false) and
 `vllm.triton_utils` (the real `triton` and `triton.language` when they import with a real
 torch, else a stand-in that has what the modules use at import time, so that routing needs

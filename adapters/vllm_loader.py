@@ -1,10 +1,10 @@
 """Loads a vLLM op module without the rest of vLLM: the library of the workers that run vLLM's
-ops (vllm_worker.py, triton_worker.py); capture.py takes the op's module name from here.
+ops (vllm_worker.py, triton_worker.py); tools/capture.py takes the op's module name from here.
 
 From where (`load_op(root, source)`):
 
   * a tree: `RELATTN_VLLM_ROOT=<folder holding vllm/>`, an unpacked vLLM wheel (see
-    fetch_vllm.sh) or a clone of vLLM's repository (any branch or pull request: the op
+    tools/fetch_vllm.sh) or a clone of vLLM's repository (any branch or pull request: the op
     files are at the same place in the repository as in the wheel; its version is then
     `git describe`). The module is imported from there with small stand-ins in `sys.modules`
     for the vLLM modules the ops import (`vllm.platforms`, `vllm.distributed`,
@@ -252,7 +252,7 @@ def load_from_root(root, source=NVIDIA_OP):
     root = os.path.abspath(root)
     if not os.path.isfile(os.path.join(root, source.file)):
         raise ImportError(f"{os.path.join(root, source.file)} does not exist: RELATTN_VLLM_ROOT must "
-                          "be the folder holding an unpacked vLLM wheel's vllm/ (adapters/fetch_vllm.sh makes one)")
+                          "be the folder holding an unpacked vLLM wheel's vllm/ (adapters/tools/fetch_vllm.sh makes one)")
     forget_vllm()
     torch_is_real = torch_available()
     sys.modules.update(stand_in_modules(root, StandInPlatform(), source.bare_packages))
@@ -330,7 +330,7 @@ def load_op(root=None, source=NVIDIA_OP):
     if spec is None or not spec.submodule_search_locations:
         why = f" ({find_error})" if find_error else ""
         return OpModule(error=f"vLLM is not installed{why} and RELATTN_VLLM_ROOT is not set "
-                        "(adapters/fetch_vllm.sh DEST fetches the pinned wheel's op; then RELATTN_VLLM_ROOT=DEST)")
+                        "(adapters/tools/fetch_vllm.sh DEST fetches the pinned wheel's op; then RELATTN_VLLM_ROOT=DEST)")
     installed_root = os.path.dirname(list(spec.submodule_search_locations)[0])
     try:
         import importlib.metadata as metadata

@@ -4,7 +4,7 @@
 What it loads: `vllm/models/inkling/nvidia/ops/fa4_rel_attention.py`, the op module that vLLM's
 Inkling attention layer (`vllm/models/inkling/nvidia/attention.py`, `InklingAttention._attention`)
 calls, through vllm_loader.py: from `RELATTN_VLLM_ROOT` (an unpacked vLLM wheel, see
-fetch_vllm.sh, or a clone of vLLM's repository; its version is then `git describe`) with
+tools/fetch_vllm.sh, or a clone of vLLM's repository; its version is then `git describe`) with
 stand-ins for the rest of vLLM, else from the installed vLLM.
 
 Routing (`route`, no GPU needed): the capability is mocked as the stand-in platform's
@@ -33,9 +33,9 @@ request's pages set to 0, `window_size = (window_left, 0)` on local layers and `
 global ones, `causal=True`. Without torch, CUDA, cutlass or the op, `hello` still answers and
 every `run` answers `unsupported` with the import error.
 
-Capture: with RELATTN_CAPTURE_DIR set, the op is wrapped by capture.py as it is loaded, and the
-inputs of the calls its rules select (RELATTN_CAPTURE_*) are written there as case files, which
-`relattn run --cases DIR` runs; `hello`'s version says so.
+Capture: with RELATTN_CAPTURE_DIR set, the op is wrapped by tools/capture.py as it is loaded,
+and the inputs of the calls its rules select (RELATTN_CAPTURE_*) are written there as case
+files, which `relattn run --cases DIR` runs; `hello`'s version says so.
 
 Environment: RELATTN_VLLM_ROOT as above (an unpacked wheel or a source checkout: the op file is
 at the same place in both); RELATTN_CAPTURE_* as above; FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED
@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import sys
 
 import numpy as np
 
@@ -55,6 +56,8 @@ from relattn_worker import (
 from vllm_loader import (
     StandInPlatform, canonicalize_singleton_dim_strides, load_op, parse_capability)
 
+# capture.py is a tool (run as a script too) that this worker imports when asked to capture.
+TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools")
 PATHS = ["vllm_op", "vllm_op_sheared", "vllm_op_splits"]
 SPLIT_PATHS = ["vllm_op_splits"]
 
@@ -203,12 +206,14 @@ class VllmWorker(Worker):
         self.set_unavailable(self.op.error or (self.gpu_error and f"no GPU run here: {self.gpu_error}"))
 
     def _install_capture(self):
-        """With RELATTN_CAPTURE_DIR set, wrap the loaded op with capture.py (every call this
-        worker makes goes through `InklingFA4RelAttentionKernel.kernel`); None otherwise, or
-        when capture cannot be installed (logged: the worker runs on without it)."""
+        """With RELATTN_CAPTURE_DIR set, wrap the loaded op with tools/capture.py (every call
+        this worker makes goes through `InklingFA4RelAttentionKernel.kernel`); None otherwise,
+        or when capture cannot be installed (logged: the worker runs on without it)."""
         if self.op.error or not os.environ.get("RELATTN_CAPTURE_DIR", "").strip():
             return None
         try:
+            if TOOLS not in sys.path:
+                sys.path.append(TOOLS)
             import capture
             return capture.install(self.op.module, vllm_version=self.op.version)
         except Exception as e:

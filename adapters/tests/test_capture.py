@@ -19,7 +19,8 @@ from tests.casegen import random_case
 from tests.test_casefile import TempDir
 
 ROOT = os.environ.get("RELATTN_VLLM_ROOT")
-NO_ROOT = "RELATTN_VLLM_ROOT is not set (adapters/fetch_vllm.sh DEST, then RELATTN_VLLM_ROOT=DEST)"
+NO_ROOT = ("RELATTN_VLLM_ROOT is not set (adapters/tools/fetch_vllm.sh DEST, then "
+           "RELATTN_VLLM_ROOT=DEST)")
 
 
 def settings(directory, **kw):

@@ -2,7 +2,7 @@
 the cache layout and gather (torch_common.py), flex's packing and block mask, and FlexAttention
 on the CPU against the numpy reference. The FA4 and CUDA parts skip with the reason where they
 cannot run: FA4 needs a GPU (set RELATTN_GPU_TESTS=1 there), its CPU compile check needs
-flash_attn.cute importable (adapters/install_packages.sh)."""
+flash_attn.cute importable (adapters/tools/install_packages.sh)."""
 
 import importlib.util
 import os
@@ -36,7 +36,8 @@ GPU_REASON = ("no CUDA device" if not HAS_CUDA else
               "set RELATTN_GPU_TESTS=1 to run the GPU tests (each FA4 variant compiles for 5-30 s)")
 RUN_GPU = HAS_CUDA and os.environ.get("RELATTN_GPU_TESTS") == "1"
 HAS_FA4 = all(importlib.util.find_spec(name) is not None for name in ("flash_attn", "cutlass"))
-NO_FA4 = "flash_attn.cute / cutlass not importable (adapters/install_packages.sh, CPython 3.12)"
+NO_FA4 = ("flash_attn.cute / cutlass not importable (adapters/tools/install_packages.sh, "
+          "CPython 3.12)")
 ATOL = {"BF16": 2.0 ** -7, "F16": 2.0 ** -10, "F32": 2.0 ** -23}
 ATOL2 = {"BF16": 2e-2, "F16": 5e-3, "F32": 1e-5}
 

@@ -1,6 +1,6 @@
 """vllm_worker.py without a GPU: vllm_loader.py's stand-ins, vLLM's routing under mocked
 capabilities (with RELATTN_VLLM_ROOT = an unpacked vLLM 0.33.0 wheel, from
-adapters/fetch_vllm.sh), the cache layout and arguments it builds for the op, and its answers
+adapters/tools/fetch_vllm.sh), the cache layout and arguments it builds for the op, and its answers
 where nothing can run."""
 
 import functools
@@ -23,7 +23,8 @@ from tests.test_casefile import TempDir
 from tests.workerproc import WorkerProcess, run_request
 
 ROOT = os.environ.get("RELATTN_VLLM_ROOT")
-NO_ROOT = "RELATTN_VLLM_ROOT is not set (adapters/fetch_vllm.sh DEST, then RELATTN_VLLM_ROOT=DEST)"
+NO_ROOT = ("RELATTN_VLLM_ROOT is not set (adapters/tools/fetch_vllm.sh DEST, then "
+           "RELATTN_VLLM_ROOT=DEST)")
 try:
     import torch
 except Exception as e:  # absent, or a CUDA build that cannot load its libraries
