@@ -7,7 +7,6 @@ and through the vllm worker."""
 import contextlib
 import io
 import os
-import types
 import unittest
 
 import numpy as np

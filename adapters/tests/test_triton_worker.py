@@ -9,8 +9,6 @@ import sys
 import types
 import unittest
 
-import numpy as np
-
 import triton_worker
 import vllm_loader
 from relattn_worker import Unsupported, read_out, write_case
