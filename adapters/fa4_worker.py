@@ -23,7 +23,7 @@ an output buffer poisoned with NaN; the padding rows are never written.
 
 The package needs a CUDA GPU of compute capability 9.x, 10.x or 11.x for this call (FA4 has no
 score_mod and no paged KV on SM8x, and no paged KV on SM12x), bf16 or fp16 inputs, and the
-packages of adapters/install_packages.sh on PYTHONPATH. When any of that is missing the worker
+packages of adapters/tools/install_packages.sh on PYTHONPATH. When any of that is missing the worker
 still answers hello, and every run answers "unsupported" with the reason.
 
     relattn run --impl fa4 ...                          # relattn starts this file
@@ -33,12 +33,10 @@ still answers hello, and every run answers "unsupported" with the reason.
 import argparse
 import functools
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import torch_common  # noqa: E402
-from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, log, serve  # noqa: E402
+import torch_common
+from relattn_worker import (
+    Unsupported, Worker, bucket_max_seqlen_q, serve, unsupported_when_unavailable)
 
 PATH = "fa4_score_mod"
 WORKER_VERSION = "1.0"
@@ -149,7 +147,7 @@ class Fa4Worker(Worker):
     def __init__(self, device="cuda", layout="vllm"):
         self.layout = layout
         self.device_name = device
-        self.torch, self.fa4, self.unavailable = None, None, None
+        self.torch, self.fa4 = None, None
         self.major = None
         torch, why = torch_common.load_torch()
         versions = []
@@ -171,15 +169,12 @@ class Fa4Worker(Worker):
                     self.torch, self.fa4 = torch, fa4
                     versions.append(f"flash-attn-4 {package_version('flash-attn-4')}")
                     versions.append(f"nvidia-cutlass-dsl {package_version('nvidia-cutlass-dsl')}")
-        self.unavailable = why
-        if why:
-            log(f"fa4 worker: every run will answer unsupported: {why}")
+        self.set_unavailable(why, "fa4 worker")
         self.version = f"{WORKER_VERSION} ({', '.join(versions) or why})"
         self.split_paths = [PATH] if self.major in SPLIT_MAJORS and not why else []
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
-        if self.unavailable:
-            raise Unsupported(self.unavailable)
         check_case(case, self.major)
         if num_splits is not None and num_splits > 1 and self.major not in SPLIT_MAJORS:
             raise Unsupported(f"FA4 has no split-KV on SM{self.major}x (num_splits {num_splits} asked)")

@@ -54,12 +54,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import relattn_worker  # noqa: E402
-from relattn_worker import NoAnswer, Worker, attention_numpy, cpu_timed, serve  # noqa: E402
+import relattn_worker
+from relattn_worker import NoAnswer, Worker, attention_numpy, cpu_timed, serve
 
 MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG", "FIFO", "LINK",
          "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK",

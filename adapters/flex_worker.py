@@ -33,15 +33,12 @@ with the reason.
 """
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import torch_common  # noqa: E402
-from relattn_worker import Unsupported, Worker, cpu_timed, log, serve  # noqa: E402
+import torch_common
+from relattn_worker import (
+    Unsupported, Worker, cpu_timed, serve, unsupported_when_unavailable)
 
 PATH = "flex"
 WORKER_VERSION = "1.0"
@@ -218,7 +215,7 @@ class FlexWorker(Worker):
 
     def __init__(self, device="auto", compile="auto", layout="vllm"):
         self.layout = layout
-        self.torch, self.flex, self.unavailable = None, None, None
+        self.torch, self.flex = None, None
         torch, why = torch_common.load_torch()
         versions = []
         if torch is not None:
@@ -241,14 +238,11 @@ class FlexWorker(Worker):
                     use_compile = compile == "on" or (compile == "auto" and on_cuda)
                     self.flex = compiled(torch, flex_attention) if use_compile else flex_attention
                     versions.append(f"{'compiled' if use_compile else 'eager'} on {device}")
-        self.unavailable = why
-        if why:
-            log(f"flex worker: every run will answer unsupported: {why}")
+        self.set_unavailable(why, "flex worker")
         self.version = f"{WORKER_VERSION} ({', '.join(versions) or why})"
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
-        if self.unavailable:
-            raise Unsupported(self.unavailable)
         if num_splits is not None and num_splits != 1:
             raise Unsupported(f"FlexAttention has no split-KV (num_splits {num_splits} asked)")
         torch, device = self.torch, self.device_name

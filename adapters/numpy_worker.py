@@ -10,14 +10,10 @@ reference). It needs no GPU: it is the worker CI drives the protocol with.
 """
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from relattn_worker import Worker, attention_numpy, cpu_timed, serve  # noqa: E402
+from relattn_worker import Worker, attention_numpy, cpu_timed, serve
 
 
 class NumpyWorker(Worker):

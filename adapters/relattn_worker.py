@@ -7,10 +7,12 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
 
   Unsupported             raise it in run/route: the answer is status "unsupported"
   Case, read_case(path)   a case file: float32 arrays of the stored values, int32 indices
-  write_case(path, case)  the inverse (tests and capture.py build case files with it; extra
+  write_case(path, case)  the inverse (tests and tools/capture.py build case files with it; extra
                           metadata and tensors beside the case's own, which readers ignore)
   write_out(path, array)  the output file: one F32 tensor `out` [T, H, D], atomically replaced
-  Worker                  name, version, paths, split_paths, device, capability; run, route
+  Worker                  name, version, paths, split_paths, device, capability; run, route;
+                          set_unavailable(why, log_as) at start with @unsupported_when_unavailable
+                          on run: every run answers unsupported with why
   serve(worker)           the protocol loop: answers on the real stdout, everything printed
                           meanwhile (Python or C) goes to stderr; exits 0 on bye or end of input
   attention_numpy(case, "f32" | "f64")   the operator of SPEC 1 on the CPU
@@ -24,8 +26,13 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
         serve(MyWorker())
 
 Everything here imports with numpy alone; torch is never imported by this module.
+
+Workers run as scripts (`python3 adapters/NAME_worker.py`), so Python puts adapters/ first on
+their sys.path and they import this library, torch_common.py and vllm_loader.py by name; the
+Python tools of tools/ put adapters/ there with tools/adapters_path.py.
 """
 
+import functools
 import json
 import math
 import os
@@ -496,6 +503,7 @@ class Worker:
     capability = None         # "9.0" or None
     protocol = PROTOCOL_VERSION
     request = None            # the run request being served (its "id" names the trial)
+    unavailable = None        # why no run can work here, found at start (set_unavailable)
 
     def run(self, case, path, num_splits, timing):
         """Return (out float32 [T, H, D], num_splits used, ms list or None).
@@ -509,6 +517,15 @@ class Worker:
         """Return {"path", "rejected", "reason", "num_splits"} for capability `cc` ("9.0")."""
         raise Unsupported("this worker has no routing")
 
+    def set_unavailable(self, why, log_as=None):
+        """Record at start why no run can work here (`why` None or "" when runs can: a missing
+        package, device or op). A worker that cannot run still answers hello; its `run`, under
+        @unsupported_when_unavailable, answers unsupported with `why`. With `log_as` ("fa4
+        worker") the reason is also logged once, for relattn's stderr tail."""
+        self.unavailable = why or None
+        if self.unavailable and log_as:
+            log(f"{log_as}: every run will answer unsupported: {self.unavailable}")
+
     def write_output(self, path, out):
         """Write `out` to the request's `out` path (a test worker overrides this to plant faults)."""
         write_out(path, out)
@@ -518,6 +535,17 @@ class Worker:
         return {"ok": True, "protocol": self.protocol, "name": self.name, "version": self.version,
                 "device": self.device, "capability": self.capability, "paths": list(self.paths),
                 "split_paths": list(getattr(self, "split_paths", None) or [])}
+
+
+def unsupported_when_unavailable(run):
+    """Decorator of a Worker's `run`: raise Unsupported(self.unavailable) before anything else
+    when the worker found at start that nothing can run here (Worker.set_unavailable)."""
+    @functools.wraps(run)
+    def checked(self, case, path, num_splits, timing):
+        if self.unavailable:
+            raise Unsupported(self.unavailable)
+        return run(self, case, path, num_splits, timing)
+    return checked
 
 
 class BadRequest(Exception):

@@ -12,8 +12,8 @@ It ships in every vLLM wheel. Its Triton kernels run on NVIDIA GPUs as they are:
     `decode_split_count(max_kv_len, window_left)` splits;
   * the gluon kernels are gfx950-only (`on_gfx950()`, false on NVIDIA): never taken here.
 
-Loaded like vllm_worker.py (whose loader and stand-ins it reuses): from an unpacked wheel
-(`RELATTN_VLLM_ROOT`, adapters/fetch_vllm.sh) or an installed vLLM, with bare packages over
+Loaded as vllm_worker.py loads its op, by vllm_loader.py: from an unpacked wheel
+(`RELATTN_VLLM_ROOT`, adapters/tools/fetch_vllm.sh) or an installed vLLM, with bare packages over
 `vllm.models.inkling.amd(.ops)` and stand-ins for `vllm.platforms.rocm` (`on_gfx950` false) and
 `vllm.triton_utils` (the real `triton` and `triton.language` when they import with a real
 torch, else a stand-in that has what the modules use at import time, so that routing needs
@@ -48,11 +48,11 @@ import os
 import sys
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import torch_common  # noqa: E402
-import vllm_worker  # noqa: E402
-from relattn_worker import Unsupported, Worker, bucket_max_seqlen_q, cpu_timed, log, serve  # noqa: E402
+import torch_common
+from relattn_worker import (
+    Unsupported, Worker, bucket_max_seqlen_q, cpu_timed, serve, unsupported_when_unavailable)
+from vllm_loader import (
+    OpSource, canonicalize_singleton_dim_strides, load_op, parse_capability, stand_in_module)
 
 OP_MODULE = "vllm.models.inkling.amd.ops.fa4_rel_attention"
 DECODE_MODULE = "vllm.models.inkling.amd.ops.rel_attention_decode"
@@ -108,14 +108,13 @@ def triton_stand_ins(_root, torch_is_real):
     triton, tl, _ = real_triton() if torch_is_real else (None, None, None)
     if triton is None:
         triton, tl = stand_in_triton()
-    stand_in = vllm_worker._stand_in_module
     return {
-        "vllm.platforms.rocm": stand_in("vllm.platforms.rocm", on_gfx950=lambda: False),
-        "vllm.triton_utils": stand_in("vllm.triton_utils", triton=triton, tl=tl),
+        "vllm.platforms.rocm": stand_in_module("vllm.platforms.rocm", on_gfx950=lambda: False),
+        "vllm.triton_utils": stand_in_module("vllm.triton_utils", triton=triton, tl=tl),
     }
 
 
-TRITON_OP = vllm_worker.OpSource(OP_MODULE, OP_FILE, BARE_PACKAGES, triton_stand_ins)
+TRITON_OP = OpSource(OP_MODULE, OP_FILE, BARE_PACKAGES, triton_stand_ins)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,7 +133,7 @@ def decode_policy(decode, *, max_query_len, max_kv_len, page_size, window_left):
 def route_answer(module, decode, cc, shape):
     """The route PR #55078 proposes for capability `cc` (protocol's route answer); Unsupported
     for the capabilities it leaves as they are."""
-    capability = vllm_worker.parse_capability(cc)
+    capability = parse_capability(cc)
     if capability.major != 8:
         raise Unsupported(f"vLLM PR #55078 moves only SM8x to the Triton kernels; SM {cc} keeps "
                           "its released route (relattn route --check --impl vllm checks it)")
@@ -190,14 +189,12 @@ class TritonWorker(Worker):
 
     def __init__(self, root=None, device="cuda"):
         self.device_name = device
-        self.op = vllm_worker.load_op(root, TRITON_OP)
+        self.op = load_op(root, TRITON_OP)
         self.decode = sys.modules.get(DECODE_MODULE) if self.op.error is None else None
-        self.torch, self.unavailable = None, self.op.error
+        self.torch = None
         versions = [f"vllm {self.op.version or 'unknown'} ({self.op.how})"] if not self.op.error else []
-        if not self.op.error:
-            self.unavailable = self._probe(versions)
-        if self.unavailable:
-            log(f"triton worker: every run will answer unsupported: {self.unavailable}")
+        # Without the op there is nothing to probe: its error is the reason.
+        self.set_unavailable(self.op.error or self._probe(versions), "triton worker")
         runs = f"; runs unsupported: {self.unavailable}" if self.unavailable and versions else ""
         self.version = f"{WORKER_VERSION} ({', '.join(versions) or self.unavailable}{runs})"
 
@@ -230,9 +227,8 @@ class TritonWorker(Worker):
             raise Unsupported(self.op.error)
         return route_answer(self.op.module, self.decode, cc, shape)
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
-        if self.unavailable:
-            raise Unsupported(self.unavailable)
         if num_splits is not None:
             raise Unsupported("the Triton op takes no split count (it deletes `num_splits`)")
         if case.dtype not in ("BF16", "F16"):
@@ -265,8 +261,8 @@ class TritonWorker(Worker):
         """The case on the device as vLLM holds it: one HND buffer, K and V its views with
         singleton strides canonicalised (`_split_kv_cache`)."""
         dc = torch_common.DeviceCase(self.torch, case, self.device_name, torch_common.VLLM_LAYOUT)
-        dc.key_cache = vllm_worker.canonicalize_singleton_dim_strides(dc.key_cache)
-        dc.value_cache = vllm_worker.canonicalize_singleton_dim_strides(dc.value_cache)
+        dc.key_cache = canonicalize_singleton_dim_strides(dc.key_cache)
+        dc.value_cache = canonicalize_singleton_dim_strides(dc.value_cache)
         return dc
 
     def _synchronize(self):

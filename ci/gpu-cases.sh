@@ -4,9 +4,9 @@
 #   ci/gpu-cases.sh RELATTN_BIN VLLM_ROOT [STEP] [ARGS...]
 #
 # RELATTN_BIN: a relattn binary; VLLM_ROOT: vLLM's files with the kernels
-# (adapters/fetch_vllm.sh DEST --kernels, or a source checkout); python3 must import torch, numpy
-# and the CuTe DSL packages of docs/workers.md (adapters/install_packages.sh DIR prints the
-# PYTHONPATH). Everything is written under $OUT/gpu-cases when OUT is set, else under
+# (adapters/tools/fetch_vllm.sh DEST --kernels, or a source checkout); python3 must import torch,
+# numpy and the CuTe DSL packages of docs/workers.md (adapters/tools/install_packages.sh DIR
+# prints the PYTHONPATH). Everything is written under $OUT/gpu-cases when OUT is set, else under
 # ${RELATTN_OUT:-reports-out}/gpu-cases: the cases, the reports, one log per step. ARGS go to
 # every `relattn run` (e.g. --no-compile-checks). STEP, to run the check in parts:
 #
@@ -141,7 +141,7 @@ if [[ $step == capture || $step == all ]]; then
         : >"$base/captured-judge.txt"
         for f in "$captured"/*.safetensors; do
             out_file="$base/captured-out.safetensors"
-            "$python" "$here/adapters/capture.py" output "$f" --output "$out_file"
+            "$python" "$here/adapters/tools/capture.py" output "$f" --output "$out_file"
             verdict=$("$bin" judge --input "$f" --output "$out_file" 2>/dev/null | head -n1 || true)
             echo "$(basename "$f"): $verdict" >>"$base/captured-judge.txt"
         done
@@ -156,7 +156,7 @@ if [[ $step == capture || $step == all ]]; then
             if "$bin" exec --impl vllm --path vllm_op --input "$f" --output "$out_file" \
                 --worker-timeout-s 600 >>"$base/reproduce.log" 2>&1; then
                 rc=0
-                "$python" "$here/adapters/capture.py" compare "$f" "$out_file" \
+                "$python" "$here/adapters/tools/capture.py" compare "$f" "$out_file" \
                     >>"$base/captured-reproduce.txt" 2>>"$base/reproduce.log" || rc=$?
                 if [[ $rc -gt 1 ]]; then
                     echo "$(basename "$f"): NOT RUN: capture.py compare exited $rc (reproduce.log)" \

@@ -23,9 +23,9 @@
 #
 # Needs: a relattn binary ($RELATTN_BIN, else a release build here); compute-sanitizer on PATH
 # or in $RELATTN_SANITIZER (sanitize steps); RELATTN_VLLM_ROOT = an unpacked vLLM wheel
-# (adapters/fetch_vllm.sh DEST for triton; with --kernels for vllm and fa4); torch and Triton
+# (adapters/tools/fetch_vllm.sh DEST for triton; with --kernels for vllm and fa4); torch and Triton
 # (the H200 machine has both); for vllm and fa4 the CuTe DSL packages on PYTHONPATH
-# (adapters/unpack_wheels.sh, adapters/install_packages.sh --wheels).
+# (adapters/tools/unpack_wheels.sh, adapters/tools/install_packages.sh --wheels).
 #
 # Writes under ${OUT:-gpu-triton-sanitize-out}: logs/STEP*.log (each command's output),
 # reports/STEP*/ (relattn reports), timings.tsv (step, command, exit code, wall seconds), and

@@ -2,7 +2,7 @@
 # Nightly job (one GPU runner): what changed in vLLM's Inkling op between the pinned release
 # (0.33.0) and the newest one on PyPI. Extra arguments go to both `relattn run`s.
 #
-# For each of the two releases, fetched with adapters/fetch_vllm.sh --kernels (sha256 checked:
+# For each of the two releases, fetched with adapters/tools/fetch_vllm.sh --kernels (sha256 checked:
 # the pinned hash, or the one PyPI publishes) into relattn's cache folder:
 #   1. relattn route --check --impl vllm   -> $OUT/vllm-X/route-check.txt and .json
 #   2. relattn run --matrix regressions --impl vllm --paths none -> $OUT/vllm-X/<arch>/
@@ -21,7 +21,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-fetch="$repo_root/adapters/fetch_vllm.sh"
+fetch="$repo_root/adapters/tools/fetch_vllm.sh"
 out="${RELATTN_OUT:-reports-out}/nightly-vllm"
 python=${PYTHON:-python3}
 

@@ -14,7 +14,10 @@ import os
 import sys
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Run as a script, sys.path[0] is adapters/tests: the worker library and the tests (adapters/)
+# and capture.py (adapters/tools/) are imported by name.
+ADAPTERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ADAPTERS, os.path.join(ADAPTERS, "tools")]
 
 import numpy as np  # noqa: E402
 

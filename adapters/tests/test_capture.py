@@ -7,7 +7,6 @@ and through the vllm worker."""
 import contextlib
 import io
 import os
-import types
 import unittest
 
 import numpy as np
@@ -19,7 +18,8 @@ from tests.casegen import random_case
 from tests.test_casefile import TempDir
 
 ROOT = os.environ.get("RELATTN_VLLM_ROOT")
-NO_ROOT = "RELATTN_VLLM_ROOT is not set (adapters/fetch_vllm.sh DEST, then RELATTN_VLLM_ROOT=DEST)"
+NO_ROOT = ("RELATTN_VLLM_ROOT is not set (adapters/tools/fetch_vllm.sh DEST, then "
+           "RELATTN_VLLM_ROOT=DEST)")
 
 
 def settings(directory, **kw):
@@ -225,8 +225,8 @@ class Capturing(TempDir):
 @unittest.skipUnless(ROOT, NO_ROOT)
 class OnVllm(TempDir):
     def test_install_wraps_vllms_op_and_binds_its_arguments(self):
-        import vllm_worker
-        op = vllm_worker.load_op(ROOT)
+        import vllm_loader
+        op = vllm_loader.load_op(ROOT)
         self.assertIsNone(op.error)
         c = capture.install(op.module, capture=capture.Capture(settings(self.path("c"), every=1)))
         try:

@@ -2,7 +2,7 @@
 the cache layout and gather (torch_common.py), flex's packing and block mask, and FlexAttention
 on the CPU against the numpy reference. The FA4 and CUDA parts skip with the reason where they
 cannot run: FA4 needs a GPU (set RELATTN_GPU_TESTS=1 there), its CPU compile check needs
-flash_attn.cute importable (adapters/install_packages.sh)."""
+flash_attn.cute importable (adapters/tools/install_packages.sh)."""
 
 import importlib.util
 import os
@@ -17,6 +17,7 @@ import numpy as np
 
 import fa4_worker
 import flex_worker
+import relattn_worker
 import torch_common
 from relattn_worker import Unsupported, attention_numpy, read_out, round_to_dtype, write_case
 from tests.casegen import random_case
@@ -35,7 +36,8 @@ GPU_REASON = ("no CUDA device" if not HAS_CUDA else
               "set RELATTN_GPU_TESTS=1 to run the GPU tests (each FA4 variant compiles for 5-30 s)")
 RUN_GPU = HAS_CUDA and os.environ.get("RELATTN_GPU_TESTS") == "1"
 HAS_FA4 = all(importlib.util.find_spec(name) is not None for name in ("flash_attn", "cutlass"))
-NO_FA4 = "flash_attn.cute / cutlass not importable (adapters/install_packages.sh, CPython 3.12)"
+NO_FA4 = ("flash_attn.cute / cutlass not importable (adapters/tools/install_packages.sh, "
+          "CPython 3.12)")
 ATOL = {"BF16": 2.0 ** -7, "F16": 2.0 ** -10, "F32": 2.0 ** -23}
 ATOL2 = {"BF16": 2e-2, "F16": 5e-3, "F32": 1e-5}
 
@@ -101,11 +103,10 @@ def no_torch():
 
 class WithoutPackages(unittest.TestCase):
     def setUp(self):
-        # The workers log why they cannot run; keep the test output quiet.
-        for module in (fa4_worker, flex_worker):
-            patcher = mock.patch.object(module, "log")
-            patcher.start()
-            self.addCleanup(patcher.stop)
+        # The workers log why they cannot run (Worker.set_unavailable); keep the test output quiet.
+        patcher = mock.patch.object(relattn_worker, "log")
+        patcher.start()
+        self.addCleanup(patcher.stop)
 
     def test_fa4_without_torch_says_why(self):
         with no_torch():

@@ -2,10 +2,15 @@
 
 import os
 import textwrap
+import unittest
+from unittest import mock
 
 import numpy as np
 
-from relattn_worker import attention_numpy, read_case, read_out, write_case
+import relattn_worker
+from relattn_worker import (
+    Unsupported, Worker, attention_numpy, read_case, read_out, unsupported_when_unavailable,
+    write_case)
 from tests.casegen import random_case
 from tests.test_casefile import TempDir
 from tests.workerproc import WorkerProcess, run_request
@@ -158,3 +163,30 @@ class Protocol(TempDir):
                                       "rejected": False, "reason": None})
         failed = w.ask({"op": "route", "id": 3, "cc": "12.0", "shape": {"batch": 1}})
         self.assertEqual((failed["ok"], failed["status"], failed["id"]), (False, "error", 3))
+
+
+class UnavailableWorker(Worker):
+    name, paths = "unavailable", ["a"]
+
+    def __init__(self, why, log_as=None):
+        self.set_unavailable(why, log_as)
+
+    @unsupported_when_unavailable
+    def run(self, case, path, num_splits, timing):
+        return "ran"
+
+
+class Unavailable(unittest.TestCase):
+    def test_every_run_answers_the_reason_found_at_start(self):
+        with mock.patch.object(relattn_worker, "log") as log:
+            worker = UnavailableWorker("no device", "unavailable worker")
+            log.assert_called_once_with("unavailable worker: every run will answer unsupported: no device")
+            self.assertTrue(worker.hello()["ok"])
+            for _ in range(2):
+                with self.assertRaisesRegex(Unsupported, "^no device$"):
+                    worker.run(None, "a", None, None)
+            # Runs that can work run; nothing is logged for them or without log_as.
+            self.assertEqual(UnavailableWorker(None, "unavailable worker").run(None, "a", None, None), "ran")
+            self.assertIsNone(UnavailableWorker("").unavailable)
+            UnavailableWorker("quiet")
+            self.assertEqual(log.call_count, 1)

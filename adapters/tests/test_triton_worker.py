@@ -1,5 +1,5 @@
 """triton_worker.py: the route vLLM PR #55078 proposes for SM8x (with RELATTN_VLLM_ROOT = an
-unpacked vLLM wheel, from adapters/fetch_vllm.sh), the Triton stand-ins that let routing run
+unpacked vLLM wheel, from adapters/tools/fetch_vllm.sh), the Triton stand-ins that let routing run
 without torch or Triton, the arguments the worker hands the op, and its answers where nothing can
 run. The op itself runs where torch and Triton import: on a GPU (RELATTN_GPU_TESTS=1), or on the
 CPU in Triton's interpreter (RELATTN_TRITON_INTERPRET_TESTS=1; slow, not in CI)."""
@@ -9,9 +9,8 @@ import sys
 import types
 import unittest
 
-import numpy as np
-
 import triton_worker
+import vllm_loader
 from relattn_worker import Unsupported, read_out, write_case
 from tests import spec_routing
 from tests.casegen import random_case
@@ -20,7 +19,8 @@ from tests.test_fa4_flex import CASES, judge
 from tests.workerproc import WorkerProcess, run_request
 
 ROOT = os.environ.get("RELATTN_VLLM_ROOT")
-NO_ROOT = "RELATTN_VLLM_ROOT is not set (adapters/fetch_vllm.sh DEST, then RELATTN_VLLM_ROOT=DEST)"
+NO_ROOT = ("RELATTN_VLLM_ROOT is not set (adapters/tools/fetch_vllm.sh DEST, then "
+           "RELATTN_VLLM_ROOT=DEST)")
 SHAPE = {"is_local": False, "batch": 1, "max_query_len": 1, "heads": 8, "kv_heads": 1,
          "max_kv_len": 1048576, "page_size": 16, "window_left": -1}
 try:
@@ -88,7 +88,7 @@ class RouteAnswer(unittest.TestCase):
 @unittest.skipUnless(ROOT, NO_ROOT)
 class TritonRouting(unittest.TestCase):
     def setUp(self):
-        self.op = triton_worker.vllm_worker.load_op(ROOT, triton_worker.TRITON_OP)
+        self.op = vllm_loader.load_op(ROOT, triton_worker.TRITON_OP)
         if self.op.error:
             raise AssertionError(self.op.error)
         self.decode = sys.modules[triton_worker.DECODE_MODULE]

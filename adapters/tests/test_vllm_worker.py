@@ -1,6 +1,7 @@
-"""vllm_worker.py without a GPU: the stand-ins, vLLM's routing under mocked capabilities (with
-RELATTN_VLLM_ROOT = an unpacked vLLM 0.33.0 wheel, from adapters/fetch_vllm.sh), the cache
-layout and arguments it builds for the op, and its answers where nothing can run."""
+"""vllm_worker.py without a GPU: vllm_loader.py's stand-ins, vLLM's routing under mocked
+capabilities (with RELATTN_VLLM_ROOT = an unpacked vLLM 0.33.0 wheel, from
+adapters/tools/fetch_vllm.sh), the cache layout and arguments it builds for the op, and its answers
+where nothing can run."""
 
 import functools
 import os
@@ -13,6 +14,7 @@ import unittest
 import numpy as np
 
 import torch_common
+import vllm_loader
 import vllm_worker
 from relattn_worker import write_case
 from tests import spec_routing
@@ -21,7 +23,8 @@ from tests.test_casefile import TempDir
 from tests.workerproc import WorkerProcess, run_request
 
 ROOT = os.environ.get("RELATTN_VLLM_ROOT")
-NO_ROOT = "RELATTN_VLLM_ROOT is not set (adapters/fetch_vllm.sh DEST, then RELATTN_VLLM_ROOT=DEST)"
+NO_ROOT = ("RELATTN_VLLM_ROOT is not set (adapters/tools/fetch_vllm.sh DEST, then "
+           "RELATTN_VLLM_ROOT=DEST)")
 try:
     import torch
 except Exception as e:  # absent, or a CUDA build that cannot load its libraries
@@ -35,7 +38,7 @@ SHAPE = {"is_local": False, "batch": 1, "max_query_len": 1, "heads": 8, "kv_head
 
 @functools.lru_cache(maxsize=None)
 def loaded_op():
-    op = vllm_worker.load_op(ROOT)
+    op = vllm_loader.load_op(ROOT)
     if op.error:
         raise AssertionError(op.error)
     return op

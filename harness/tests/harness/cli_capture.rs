@@ -1,7 +1,7 @@
-//! Capture (`adapters/capture.py`) without torch or a GPU: a numpy stand-in of vLLM's op, called
-//! as the attention layer calls it, writes case files that `relattn reference`, `judge` and
-//! `run --cases` read; with vLLM 0.33.0's files, capture installs on the real op and through the
-//! vllm worker (`adapters/tests/test_capture.py`, `OnVllm`).
+//! Capture (`adapters/tools/capture.py`) without torch or a GPU: a numpy stand-in of vLLM's op,
+//! called as the attention layer calls it, writes case files that `relattn reference`, `judge`
+//! and `run --cases` read; with vLLM 0.33.0's files, capture installs on the real op and through
+//! the vllm worker (`adapters/tests/test_capture.py`, `OnVllm`).
 
 use crate::common::{report_rows as rows, str_or_empty as s, text};
 use serde_json::Value;
@@ -53,7 +53,7 @@ fn captured_calls_are_case_files_that_reference_judge_and_run_read() {
         // The op's output kept in the file is within the tolerance of relattn's reference.
         let out = dir.path().join("out.safetensors");
         let o = python(
-            "capture.py",
+            "tools/capture.py",
             &["output", file, "--output", out.to_str().unwrap()],
             &[],
         );
@@ -83,7 +83,7 @@ fn captured_calls_are_case_files_that_reference_judge_and_run_read() {
         );
         assert_eq!(e.status.code(), Some(0), "{file}: {}", text(&e.stderr));
         let c = python(
-            "capture.py",
+            "tools/capture.py",
             &["compare", file, rerun.to_str().unwrap()],
             &[],
         );

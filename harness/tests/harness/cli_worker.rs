@@ -1,7 +1,8 @@
 //! The worker protocol end to end, without a GPU: the smoke tier through the numpy worker, the
 //! fault rules through the faulty worker, bad worker commands, `exec` on a worker, and
-//! `route --check` against vLLM 0.33.0's released wheel (fetched by `adapters/fetch_vllm.sh` into
-//! relattn's cache folder; not run, saying why, when it cannot be downloaded).
+//! `route --check` against vLLM 0.33.0's released wheel (fetched by
+//! `adapters/tools/fetch_vllm.sh` into relattn's cache folder; not run, saying why, when it cannot
+//! be downloaded).
 //!
 //! These need `python3` with numpy: without numpy in python3, they install it with pip into the
 //! target folder; when that fails they fail and say why.
@@ -541,7 +542,7 @@ pub(crate) fn vllm_root() -> Option<PathBuf> {
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf());
     let dest = cache.join("vllm-0.33.0");
     let out = Command::new("bash")
-        .arg(repo().join("adapters/fetch_vllm.sh"))
+        .arg(repo().join("adapters/tools/fetch_vllm.sh"))
         .arg(&dest)
         .output()
         .expect("bash runs");

@@ -1,6 +1,7 @@
-//! Any vLLM release or branch: `adapters/fetch_vllm.sh`'s arguments (each usage error one line
-//! and exit 2, before any download), `ci/nightly-vllm.sh`'s release check, and the vllm worker
-//! loading the op from a source checkout (with vLLM 0.33.0's files standing in for a clone).
+//! Any vLLM release or branch: `adapters/tools/fetch_vllm.sh`'s arguments (each usage error one
+//! line and exit 2, before any download), `ci/nightly-vllm.sh`'s release check, and the vllm
+//! worker loading the op from a source checkout (with vLLM 0.33.0's files standing in for a
+//! clone).
 
 use crate::common::text;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ fn fetch_vllm_usage_errors_are_one_line_and_exit_2_without_the_network() {
         (&["dest1", "dest2"], "one DEST only"),
     ];
     for (args, expected) in cases {
-        let out = bash("adapters/fetch_vllm.sh", args, &[]);
+        let out = bash("adapters/tools/fetch_vllm.sh", args, &[]);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
@@ -59,7 +60,11 @@ fn fetch_vllm_usage_errors_are_one_line_and_exit_2_without_the_network() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
     // A valid request gets past the arguments: here it stops at the missing interpreter.
-    let out = bash("adapters/fetch_vllm.sh", &["--version", "0.35.0rc1"], &[]);
+    let out = bash(
+        "adapters/tools/fetch_vllm.sh",
+        &["--version", "0.35.0rc1"],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/nonexistent/python3 not found"));
 }

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# GPU side of adapters/pack_wheels.sh: install both bundles into one folder (default
+# GPU side of adapters/tools/pack_wheels.sh: install both bundles into one folder (default
 # /tmp/relattn-site) and print the environment to use.
 #
-#   adapters/unpack_wheels.sh BUNDLE_A BUNDLE_B [DIR]
+#   adapters/tools/unpack_wheels.sh BUNDLE_A BUNDLE_B [DIR]
 #
 # BUNDLE_A holds wheels (installed with one pip --target call), BUNDLE_B the tar.xz of
 # nvidia-cutlass-dsl-libs-cu13's files (extracted into the same folder). In a call to the GPU
 # machine that carries .whl-a and .whl-b:
 #
-#   eval "$(adapters/unpack_wheels.sh .whl-a .whl-b | grep ^export)" || exit
+#   eval "$(adapters/tools/unpack_wheels.sh .whl-a .whl-b | grep ^export)" || exit
 #
 # A folder holding a previous install is emptied first (pip --target does not merge).
 set -euo pipefail

@@ -2,7 +2,7 @@
 # Install the Python packages of the fa4 and flex workers (and of vLLM's Inkling op) into a
 # folder, without touching the system's site-packages.
 #
-#   adapters/install_packages.sh [--wheels WHEELDIR]... DIR
+#   adapters/tools/install_packages.sh [--wheels WHEELDIR]... DIR
 #
 # The packages (issue 21; vLLM 0.33.0 pins the cutlass, quack and tvm-ffi versions):
 #   flash-attn-4 4.0.0b36, nvidia-cutlass-dsl 4.8.0, nvidia-cutlass-dsl-libs-base 4.8.0,
@@ -13,7 +13,7 @@
 #
 # Without --wheels the packages come from PyPI. With --wheels, from the folder instead (no
 # network): every *.whl in it, plus every *.tar.xz in it, which is taken to be a wheel's files
-# recompressed (adapters/pack_wheels.sh makes one of nvidia-cutlass-dsl-libs-cu13, the wheel
+# recompressed (adapters/tools/pack_wheels.sh makes one of nvidia-cutlass-dsl-libs-cu13, the wheel
 # too large for one 64 MiB call) and is extracted into DIR. --wheels may be given more than once.
 #
 # pip's --target refuses to merge into a folder that a previous --target install filled
@@ -36,9 +36,10 @@
 # fetch_wheels.sh downloads are for CPython 3.12).
 #
 # Examples:
-#   adapters/install_packages.sh /tmp/relattn-site                     # from PyPI
-#   adapters/fetch_wheels.sh .whl && adapters/install_packages.sh --wheels .whl /tmp/relattn-site
-#   adapters/unpack_wheels.sh .whl-a .whl-b                             # the split bundles
+#   adapters/tools/install_packages.sh /tmp/relattn-site                    # from PyPI
+#   adapters/tools/fetch_wheels.sh .whl &&
+#       adapters/tools/install_packages.sh --wheels .whl /tmp/relattn-site  # from wheels
+#   adapters/tools/unpack_wheels.sh .whl-a .whl-b                           # the split bundles
 set -euo pipefail
 
 # The Python that will import the packages (its version picks the wheels).

@@ -10,9 +10,9 @@ the inputs of selected calls as case files (docs/reference.md, "Case files"), wh
     RELATTN_CAPTURE_DIR=/tmp/captured relattn run --matrix ci --impl vllm   # the vllm worker
     relattn run --cases /tmp/captured --impl vllm                         # run what was captured
 
-With `adapters/` on `PYTHONPATH`, `import capture; capture.install()` before the model runs
-(after vLLM is imported; `install(module)` takes the op module when it was loaded another way).
-The vllm worker installs it as it loads the op whenever RELATTN_CAPTURE_DIR is set.
+With `adapters/tools/` on `PYTHONPATH`, `import capture; capture.install()` before the model
+runs (after vLLM is imported; `install(module)` takes the op module when it was loaded another
+way). The vllm worker installs it as it loads the op whenever RELATTN_CAPTURE_DIR is set.
 
 The wrapper calls the original op first and returns its result untouched; only then, for a
 selected call, it copies the inputs to the CPU and writes the file. Any error of its own is
@@ -49,14 +49,14 @@ had: `hnd_packed` in vLLM), and the call's own: `vllm_version`, `capture_reason`
 `op_max_seqlen_q`, `op_num_splits`, `op_page_size`, `op_num_blocks` (of the live cache).
 File names: `<pid>-<call>_<reasons>_b<B>_t<T>_h<H>kv<Hkv>_page<P>_<dtype>.safetensors`.
 
-    python3 capture.py output FILE --output OUT.safetensors
+    python3 adapters/tools/capture.py output FILE --output OUT.safetensors
 
 writes a captured file's `captured_out` as an output file (tensor `out`, F32, the values exact;
 rows past cu_seqlens_q[B], padding, as NaN), so that
 `relattn judge --input FILE --output OUT.safetensors` tells whether the op's output at capture
 time was within the tolerance of relattn's reference, and
 
-    python3 capture.py compare FILE OUT.safetensors
+    python3 adapters/tools/capture.py compare FILE OUT.safetensors
 
 whether an output written since (`relattn exec --impl vllm --path vllm_op --input FILE --output
 OUT.safetensors`: the op run again on the captured inputs), rounded to the dtype the op
@@ -66,6 +66,8 @@ returned, has the same bits as `captured_out` in every real row, NaN wherever it
 Everything but `install` and the torch half of `Capture.after_call` runs with numpy alone.
 """
 
+import adapters_path  # noqa: F401  (first: adapters/ on sys.path for the imports below)
+
 import argparse
 import inspect
 import os
@@ -73,15 +75,13 @@ import re
 import sys
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from relattn_worker import (  # noqa: E402
+from relattn_worker import (
     Case, log, read_out, read_safetensors, round_to_dtype, tensor_floats, write_case,
     write_out)
+from vllm_loader import OP_MODULE
 
-OP_MODULE = "vllm.models.inkling.nvidia.ops.fa4_rel_attention"
 OP_CLASS = "InklingFA4RelAttentionKernel"
 # torch dtype name -> case-file dtype.
 DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}

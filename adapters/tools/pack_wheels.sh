@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Split the workers' wheels (from adapters/fetch_wheels.sh) into bundles that each fit one call
-# to a GPU machine that accepts at most 64 MiB per call.
+# Split the workers' wheels (from adapters/tools/fetch_wheels.sh) into bundles that each fit one
+# call to a GPU machine that accepts at most 64 MiB per call.
 #
-#   adapters/pack_wheels.sh WHEELDIR BUNDLE_A BUNDLE_B
+#   adapters/tools/pack_wheels.sh WHEELDIR BUNDLE_A BUNDLE_B
 #
 # BUNDLE_A gets every wheel but nvidia-cutlass-dsl-libs-cu13 (about 9 MB together).
 # BUNDLE_B gets that one wheel (about 92 MB, over the limit on its own) unzipped and recompressed
@@ -13,9 +13,9 @@
 # and 3 GB of memory; unpacking (Python's lzma, no xz binary needed) 5 s and 256 MiB.
 #
 # Both bundles together (about 61.5 MB) fit one 64 MiB call with relattn's working tree (a few
-# MB). In relattn's checkout: adapters/pack_wheels.sh .whl .whl-a .whl-b (the three folders are
-# ignored through .git/info/exclude), then carry .whl-a and .whl-b and run
-# adapters/unpack_wheels.sh .whl-a .whl-b on the GPU machine.
+# MB). In relattn's checkout: adapters/tools/pack_wheels.sh .whl .whl-a .whl-b (the three
+# folders are ignored through .git/info/exclude), then carry .whl-a and .whl-b and run
+# adapters/tools/unpack_wheels.sh .whl-a .whl-b on the GPU machine.
 set -euo pipefail
 
 if [ $# -ne 3 ]; then

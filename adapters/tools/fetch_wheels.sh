@@ -2,13 +2,13 @@
 # Download the wheels the fa4 and flex workers need on the GPU machine (CPython 3.12,
 # manylinux x86_64) into WHEELDIR, for carrying to a machine without network access.
 #
-#   adapters/fetch_wheels.sh WHEELDIR
+#   adapters/tools/fetch_wheels.sh WHEELDIR
 #
 # These are the packages of issue 21 that the GPU machine lacks (torch 2.11, numpy, safetensors,
 # cuda-bindings and einops are installed there). vLLM 0.33.0 pins these cutlass, quack and
 # tvm-ffi versions. Each is fetched with --no-deps: the set below is complete.
-# Then install them with `adapters/install_packages.sh --wheels WHEELDIR DIR`, or, when a call to
-# the GPU machine carries at most 64 MiB, split them with adapters/pack_wheels.sh.
+# Then install them with `adapters/tools/install_packages.sh --wheels WHEELDIR DIR`, or, when a
+# call to the GPU machine carries at most 64 MiB, split them with adapters/tools/pack_wheels.sh.
 set -euo pipefail
 
 if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
