@@ -36,6 +36,13 @@ comma-separated list of substrings; empty items are ignored):
 
 and, for the whole process:
 
+  RELATTN_FAULTY_RECORD=FILE  append a line `pid start end id` (times in seconds since the
+                              epoch) to FILE for every run it answers: which process ran which
+                              trial, and when (the tests of worker pools)
+  RELATTN_FAULTY_SLOW_MS=N    take N milliseconds longer over every run
+  RELATTN_FAULTY_UNAVAILABLE=WHY  say in hello that no run can work here, for WHY (every run
+                              then answers unsupported with it)
+
   RELATTN_FAULTY_PROTOCOL=N   answer hello with protocol N (relattn must refuse N != 1)
   RELATTN_FAULTY_HELLO=dup_paths | many_paths | paths:N | control
                               hello lists path `faulty` twice; lists 100,000 paths; lists N
@@ -122,6 +129,7 @@ class FaultyWorker(Worker):
         elif hello == "control":
             self.version = "1.0" + CONTROL_TEXT
         self.out_fault = None
+        self.set_unavailable(os.environ.get("RELATTN_FAULTY_UNAVAILABLE"))
 
     def write_output(self, path, out):
         if self.out_fault == "FIFO":
@@ -138,6 +146,18 @@ class FaultyWorker(Worker):
         return str((self.request or {}).get("id", ""))
 
     def run(self, case, path, num_splits, timing):
+        started = time.time()
+        slow_ms = int(os.environ.get("RELATTN_FAULTY_SLOW_MS") or 0)
+        if slow_ms > 0:
+            time.sleep(slow_ms / 1000)
+        result = self.run_fault(case, path, num_splits, timing)
+        record = os.environ.get("RELATTN_FAULTY_RECORD")
+        if record:
+            with open(record, "a") as f:
+                f.write(f"{os.getpid()} {started:.6f} {time.time():.6f} {self.trial_id}\n")
+        return result
+
+    def run_fault(self, case, path, num_splits, timing):
         mode = fault_for(self.trial_id)
         stream = relattn_worker.protocol_stream()
         if mode == "CRASH":

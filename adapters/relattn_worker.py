@@ -532,9 +532,12 @@ class Worker:
 
     def hello(self):
         """The hello answer."""
-        return {"ok": True, "protocol": self.protocol, "name": self.name, "version": self.version,
-                "device": self.device, "capability": self.capability, "paths": list(self.paths),
-                "split_paths": list(getattr(self, "split_paths", None) or [])}
+        answer = {"ok": True, "protocol": self.protocol, "name": self.name, "version": self.version,
+                  "device": self.device, "capability": self.capability, "paths": list(self.paths),
+                  "split_paths": list(getattr(self, "split_paths", None) or [])}
+        if self.unavailable:
+            answer["unavailable"] = self.unavailable
+        return answer
 
 
 def unsupported_when_unavailable(run):
@@ -605,11 +608,32 @@ def _run_request(worker, request):
         timing = {"warmup": _positive_int(timing.get("warmup", 0), "timing.warmup", allow_zero=True),
                   "reps": _positive_int(timing.get("reps"), "timing.reps")}
     case = read_case(request["case"])
+    before, started = jit_entries(), time.monotonic()
     out, used, ms = worker.run(case, request["path"], num_splits, timing)
+    compiled = jit_entries() - before
     worker.write_output(request["out"], out)
     if ms is not None:
         ms = [float(x) for x in ms]
-    return {"ok": True, "id": rid, "num_splits": int(used), "ms": ms}
+    answer = {"ok": True, "id": rid, "num_splits": int(used), "ms": ms}
+    if compiled > 0:
+        answer["jit"] = {"compiled": compiled, "seconds": round(time.monotonic() - started, 3)}
+    return answer
+
+
+# A compiled kernel in a JIT cache: a Triton kernel's cubin, a CuTe DSL kernel exported by FA4's
+# persistent cache (one object file each).
+_KERNEL_SUFFIXES = (".cubin", ".o")
+
+
+def jit_entries(dirs=None):
+    """Compiled kernels in the JIT caches relattn names in RELATTN_JIT_DIRS (colon-separated;
+    none: 0), so a run can say how many kernels it compiled."""
+    dirs = os.environ.get("RELATTN_JIT_DIRS", "") if dirs is None else dirs
+    count = 0
+    for top in filter(None, dirs.split(os.pathsep)):
+        for _, _, files in os.walk(top):
+            count += sum(name.endswith(_KERNEL_SUFFIXES) for name in files)
+    return count
 
 
 def _route_request(worker, request):

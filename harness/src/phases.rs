@@ -63,6 +63,8 @@ pub fn time<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
 pub struct Split {
     pub wall_s: f64,
     pub busy_s: Vec<(&'static str, f64)>,
+    /// Kernels the workers JIT-compiled, and the seconds of the runs that compiled them.
+    pub worker_compiles: (u64, f64),
 }
 
 /// The split since the process started counting, with the run's wall time.
@@ -73,6 +75,7 @@ pub fn split(wall_s: f64) -> Split {
             .iter()
             .map(|p| (p.name(), p.slot().load(Ordering::Relaxed) as f64 * 1e-9))
             .collect(),
+        worker_compiles: crate::worker::jit::totals(),
     }
 }
 
@@ -84,8 +87,10 @@ impl Split {
             .iter()
             .map(|(name, s)| format!("{name} {s:.1} s"))
             .collect();
+        let (kernels, seconds) = self.worker_compiles;
         format!(
-            "wall {:.1} s; busy (summed over threads) {}",
+            "wall {:.1} s; busy (summed over threads) {}; workers compiled {kernels} kernels in \
+             {seconds:.1} s",
             self.wall_s,
             busy.join(", ")
         )
@@ -94,6 +99,11 @@ impl Split {
     pub fn json(&self) -> serde_json::Value {
         let mut m = serde_json::Map::new();
         m.insert("wall_s".into(), self.wall_s.into());
+        m.insert(
+            "worker_kernels_compiled".into(),
+            self.worker_compiles.0.into(),
+        );
+        m.insert("worker_compile_s".into(), self.worker_compiles.1.into());
         for (name, s) in &self.busy_s {
             m.insert(format!("{name}_s"), (*s).into());
         }

@@ -38,6 +38,10 @@ pub struct SessionOptions {
     /// Workers whose paths become trials too (`--impl`, `--worker`).
     pub workers: Vec<WorkerSpec>,
     pub worker_timeout: std::time::Duration,
+    /// Processes per worker (`--worker-processes`); None: [`worker::default_pool_size`].
+    pub worker_processes: Option<usize>,
+    /// This run is one of this many side by side (`--processes`): its share of the machine.
+    pub processes: usize,
     /// The reference self-checks: None runs them only where no GPU is usable (a GPU run leaves
     /// them to CPU CI), true always.
     pub self_checks: Option<bool>,
@@ -71,6 +75,20 @@ impl SessionOptions {
                 .and_then(worker::timeout),
         }
         .map_err(crate::exit::usage)?;
+        let worker_processes = var("RELATTN_WORKER_PROCESSES")
+            .map(|s| {
+                s.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=worker::MAX_POOL).contains(n))
+                    .ok_or_else(|| {
+                        crate::exit::usage(format!(
+                            "RELATTN_WORKER_PROCESSES={s}: expected a number from 1 to {}",
+                            worker::MAX_POOL
+                        ))
+                    })
+            })
+            .transpose()?;
         let gpu_cases = match (var("RELATTN_MATRIX"), var("RELATTN_CASES")) {
             (Some(_), Some(_)) => {
                 return Err(crate::exit::usage(
@@ -102,6 +120,8 @@ impl SessionOptions {
             only: None,
             workers,
             worker_timeout,
+            worker_processes,
+            processes: 1,
             self_checks: Some(true),
         })
     }
@@ -191,9 +211,12 @@ impl Session {
                 }
             }
         }
-        // A run with a usable GPU leaves the self-checks to CPU CI unless asked for them.
+        // A run with a usable GPU leaves the self-checks to CPU CI unless asked for them, and so
+        // does a run of workers alone (`--paths none`): it asked for their trials only.
         let gpu_run = matches!(status, GpuStatus::Ready { .. });
-        if opts.self_checks.unwrap_or(!gpu_run) {
+        let workers_only = matches!(&opts.paths, PathSelection::List(v) if v.is_empty())
+            && !opts.workers.is_empty();
+        if opts.self_checks.unwrap_or(!gpu_run && !workers_only) {
             let self_cases = match &opts.selfcheck_matrix {
                 Some(m) if CaseSet::Matrix(m.clone()) != set => {
                     let (cases, more) = load_cases(m, opts, gpu_usable)?;
@@ -209,7 +232,18 @@ impl Session {
         let workers = if matches!(status, GpuStatus::Rejected(_)) {
             Vec::new()
         } else {
-            worker::start_all(&opts.workers, opts.worker_timeout).map_err(crate::exit::usage)?
+            let gpus = match &status {
+                GpuStatus::Ready { devices, .. } => devices.iter().map(|d| d.index).collect(),
+                _ => Vec::new(),
+            };
+            let pool = worker::Pool {
+                size: opts
+                    .worker_processes
+                    .unwrap_or_else(|| worker::default_pool_size(gpus.len(), opts.processes)),
+                devices: gpus,
+            };
+            worker::start_all(&opts.workers, opts.worker_timeout, &pool)
+                .map_err(crate::exit::usage)?
         };
         let info: Vec<_> = workers
             .iter()
@@ -267,6 +301,7 @@ impl Session {
             native: self.executor.as_deref().map(|e| (e, slot)),
             workers: &self.worker_runners,
             keep: None,
+            worker_slot: 0,
         }
     }
 

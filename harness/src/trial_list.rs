@@ -259,7 +259,8 @@ pub fn worker_trials(cases: &[Arc<Case>], workers: &[(usize, &Hello, &str)]) -> 
                             },
                             split,
                         },
-                        ignore: None,
+                        // A worker that cannot run here skips without a case file.
+                        ignore: hello.unavailable.clone(),
                     });
                 }
             }
@@ -428,6 +429,7 @@ mod tests {
             device: None,
             capability: None,
             split_paths: paths[..split_paths].to_vec(),
+            unavailable: None,
             paths,
         }
     }

@@ -83,8 +83,12 @@ pub fn run_on_gpu(
         None
     };
     // Workers start before any shape is built: a bad worker stops the bench at once (exit 2).
-    let workers =
-        crate::worker::start_all(&opts.workers, opts.worker_timeout).map_err(crate::exit::usage)?;
+    let workers = crate::worker::start_all(
+        &opts.workers,
+        opts.worker_timeout,
+        &crate::worker::Pool::single(),
+    )
+    .map_err(crate::exit::usage)?;
     let worker_timing = crate::runner::Timing {
         warmup: opts.warmup,
         reps: opts.reps,

@@ -89,6 +89,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 only: None,
                 workers: Vec::new(),
                 worker_timeout: std::time::Duration::from_secs(1),
+                worker_processes: None,
+                processes: 1,
                 self_checks: Some(false),
             };
             let factory = RealFactory {

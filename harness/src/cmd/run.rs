@@ -110,8 +110,14 @@ pub struct Args {
     /// Seconds a worker may take to answer one request before it is killed and restarted.
     #[arg(long, default_value_t = crate::worker::DEFAULT_TIMEOUT_S)]
     pub worker_timeout_s: f64,
+    /// Processes per worker (1 to 64), fed from one queue, trials of one kernel configuration
+    /// to one process; default: with GPUs, half this run's cores, at most 8 per GPU and one per
+    /// 4 GiB of its memory; without, this run's cores.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub worker_processes: Option<u64>,
     /// Also run the reference self-checks (oracle, paging, layouts, chunking, merge, sampling)
-    /// on a machine with a usable GPU; without a GPU they always run.
+    /// on a machine with a usable GPU, or in a run of workers alone (--paths none); otherwise
+    /// they run without a GPU.
     #[arg(long)]
     pub self_checks: bool,
     /// This run is one of N runs side by side on this machine (e.g. the nightly's shards on one
@@ -235,6 +241,9 @@ pub fn run_with(
         .as_deref()
         .map(failed_trials)
         .transpose()?;
+    if rerun.as_ref().is_some_and(|(_, names)| names.is_empty()) {
+        return Ok(());
+    }
     let sanitizer = args
         .sanitize
         .map(crate::sanitize::Sanitizer::find)
@@ -272,6 +281,8 @@ pub fn run_with(
             sanitizer.as_ref(),
         ),
         worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
+        worker_processes: args.worker_processes.map(|n| n as usize),
+        processes: args.processes,
         self_checks: args.self_checks.then_some(true),
     };
     let report_out = out::resolve(args.out.as_deref(), args.resume).map_err(exit::usage)?;

@@ -7,6 +7,7 @@
 
 mod cancel;
 mod cases;
+pub mod compile_key;
 mod row;
 mod schedule;
 mod trial;

@@ -1,7 +1,8 @@
 //! The threads of a run: the cases prepared ahead on CPU threads, native GPU trials on one
 //! thread per device with their judging on threads of their own, each worker's trials on a
-//! thread of its own (a worker process serves one request at a time), and the CPU trials on the
-//! rest; rows come back to the caller's thread in the order they finish.
+//! thread per process of its pool (a worker process serves one request at a time), grouped by
+//! kernel configuration, and the CPU trials on the rest; rows come back to the caller's thread
+//! in the order they finish.
 
 use super::cases::CaseStore;
 use super::trial::{run_trial, start_trial, Runners, Step};
@@ -125,20 +126,33 @@ pub(super) fn run_all(
                 ahead.finish();
             });
         }
-        for trials in per_worker {
-            let (tx, store, set) = (tx.clone(), store.clone(), set.clone());
-            let runners = Runners {
-                keep,
-                ..session.runners(0)
-            };
-            scope.spawn(move || {
-                for t in &trials {
-                    if stopping() {
+        // Each worker's trials in groups of one kernel configuration, fed from one queue to a
+        // thread per process of its pool: a configuration compiles in one process, once.
+        for (index, trials) in per_worker.into_iter().enumerate() {
+            let groups = super::compile_key::groups(trials);
+            let threads = session.workers[index].pool_size().min(groups.len());
+            let queue = Arc::new(Mutex::new(VecDeque::from(groups)));
+            for slot in 0..threads {
+                let (queue, tx, store, set) =
+                    (queue.clone(), tx.clone(), store.clone(), set.clone());
+                let runners = Runners {
+                    keep,
+                    worker_slot: slot,
+                    ..session.runners(0)
+                };
+                scope.spawn(move || loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some(group) = next.filter(|_| !stopping()) else {
                         break;
+                    };
+                    for t in &group {
+                        if stopping() {
+                            break;
+                        }
+                        let _ = tx.send(run_trial(t, &store, &runners, &set));
                     }
-                    let _ = tx.send(run_trial(t, &store, &runners, &set));
-                }
-            });
+                });
+            }
         }
         // CPU trials on threads of their own, not as jobs of rayon's pool: a trial may wait
         // for a case another thread is building with the pool's parallel loops, and a pool

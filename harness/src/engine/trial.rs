@@ -20,6 +20,8 @@ pub struct Runners<'a> {
     pub workers: &'a [Arc<dyn Runner>],
     /// Where failing worker trials keep their case and output files (a report's `failures/`).
     pub keep: Option<&'a std::path::Path>,
+    /// The process of each worker's pool this thread runs its trials on.
+    pub worker_slot: usize,
 }
 
 impl<'a> Runners<'a> {
@@ -29,13 +31,16 @@ impl<'a> Runners<'a> {
             native,
             workers: &[],
             keep: None,
+            worker_slot: 0,
         }
     }
 
     pub(super) fn for_target(&self, target: &Target) -> Option<(&'a dyn Runner, usize)> {
         match target {
             Target::Native { .. } => self.native,
-            Target::Worker { worker, .. } => self.workers.get(*worker).map(|w| (&**w, 0)),
+            Target::Worker { worker, .. } => {
+                self.workers.get(*worker).map(|w| (&**w, self.worker_slot))
+            }
         }
     }
 }

@@ -2,15 +2,16 @@
 //! (`adapters/PROTOCOL.md`): `--worker "<command line>"` for any worker, `--impl NAME` for the
 //! ones this project ships under `adapters/`.
 
+pub mod jit;
 mod live;
 pub mod process;
 pub mod protocol;
+pub mod provision;
 pub mod runner;
 pub mod text;
-pub mod vllm_tree;
 
 pub use live::end_all;
-pub use runner::WorkerRunner;
+pub use runner::{Pool, WorkerRunner};
 
 use std::path::{Path, PathBuf};
 
@@ -35,9 +36,8 @@ pub struct WorkerSpec {
     pub label: String,
     /// `--sanitize`: every process of the worker runs under this sanitizer.
     pub sanitizer: Option<crate::sanitize::Sanitizer>,
-    /// A shipped worker that loads vLLM's op ([`vllm_tree::NEEDS_VLLM`]): started with the
-    /// vLLM tree [`vllm_tree::resolve`] finds.
-    pub needs_vllm: bool,
+    /// `--impl NAME`: a shipped worker, started with what [`provision`] provides for it.
+    pub shipped: Option<String>,
 }
 
 impl WorkerSpec {
@@ -55,7 +55,7 @@ impl WorkerSpec {
                 shlex::try_quote(line).unwrap_or_else(|_| line.into())
             ),
             sanitizer: None,
-            needs_vllm: false,
+            shipped: None,
         })
     }
 
@@ -85,24 +85,43 @@ impl WorkerSpec {
             command: vec![python, script.to_string_lossy().into_owned()],
             label: format!("--impl {name}"),
             sanitizer: None,
-            needs_vllm: vllm_tree::NEEDS_VLLM.contains(&name),
+            shipped: Some(name.to_string()),
         })
     }
 
-    /// Environment variables the worker's processes get beyond relattn's own: the vLLM tree of
-    /// a worker that loads vLLM's op, when relattn supplies it.
+    /// Environment variables the worker's processes get beyond relattn's own: for a shipped
+    /// worker, numpy's folder first on `PYTHONPATH` and the vLLM tree, where relattn provides
+    /// them ([`provision`]).
     pub fn env(&self) -> Vec<(String, String)> {
+        let Some(name) = &self.shipped else {
+            return Vec::new();
+        };
         let python = self.command.first().map_or("python3", String::as_str);
-        match (self.needs_vllm, adapters_dir()) {
-            (true, Some(dir)) => match vllm_tree::resolve(python, &dir) {
-                vllm_tree::VllmTree::Pinned(root) => vec![(
-                    "RELATTN_VLLM_ROOT".into(),
-                    root.to_string_lossy().into_owned(),
-                )],
-                _ => Vec::new(),
-            },
-            _ => Vec::new(),
+        let mut env = Vec::new();
+        if let Some(numpy) = provision::numpy_path(python) {
+            let path = std::env::var_os("PYTHONPATH")
+                .map(|old| format!("{}:{}", numpy.display(), old.to_string_lossy()))
+                .unwrap_or_else(|| numpy.display().to_string());
+            env.push(("PYTHONPATH".to_string(), path));
         }
+        let mut vllm_root = None;
+        if provision::NEEDS_VLLM.contains(&name.as_str()) {
+            if let Some(dir) = adapters_dir() {
+                if let provision::VllmTree::Pinned(root) = provision::resolve(python, &dir) {
+                    env.push((
+                        "RELATTN_VLLM_ROOT".to_string(),
+                        root.to_string_lossy().into_owned(),
+                    ));
+                    vllm_root = Some(root);
+                }
+            }
+        }
+        if jit::COMPILING.contains(&name.as_str()) {
+            if let Some(dir) = jit::cache_dir(name, python, vllm_root.as_deref()) {
+                env.extend(jit::cache_env(&dir));
+            }
+        }
+        env
     }
 }
 
@@ -151,15 +170,38 @@ pub fn adapters_dir() -> Option<PathBuf> {
     has(&source).then_some(source)
 }
 
-/// Start every worker and greet it, in order. Two workers that give the same name in `hello`
-/// are refused (their trials would have the same names).
+/// The most processes a worker's pool may have.
+pub const MAX_POOL: usize = 64;
+
+/// Memory one worker process may take (its interpreter, torch, a CUDA context and a case):
+/// the default pool keeps this much of the run's memory share per process.
+pub const POOL_PROCESS_BYTES: u64 = 4 << 30;
+
+/// The default processes per worker for a run that is one of `processes` side by side, on a
+/// machine with `gpus` GPUs. With GPUs: enough to keep each GPU busy while others compile
+/// (half the run's share of the cores, at most 8 per GPU), and at most one per
+/// [`POOL_PROCESS_BYTES`] of its share of the memory, so runs side by side never exhaust the
+/// machine's memory; without a GPU: the run's share of the cores.
+pub fn default_pool_size(gpus: usize, processes: usize) -> usize {
+    let cores = rayon::current_num_threads().max(1);
+    if gpus == 0 {
+        return cores.min(MAX_POOL);
+    }
+    let (memory, _) = relattn_reference::limits::memory_bytes();
+    let by_memory = (memory / processes.max(1) as u64 / POOL_PROCESS_BYTES) as usize;
+    (cores / 2).min(8 * gpus).min(by_memory).clamp(1, MAX_POOL)
+}
+
+/// Start every worker (the first process of each pool) and greet it, in order. Two workers
+/// that give the same name in `hello` are refused (their trials would have the same names).
 pub fn start_all(
     specs: &[WorkerSpec],
     timeout: std::time::Duration,
+    pool: &Pool,
 ) -> Result<Vec<std::sync::Arc<WorkerRunner>>, String> {
     let mut out: Vec<std::sync::Arc<WorkerRunner>> = Vec::new();
     for s in specs {
-        let w = WorkerRunner::start(s.clone(), timeout)?;
+        let w = WorkerRunner::start_pool(s.clone(), timeout, pool)?;
         if let Some(other) = out.iter().find(|o| o.name() == w.name()) {
             return Err(format!(
                 "workers {} and {} both call themselves `{}`: the names of workers must differ (trials are named impl::<name>::...), so give one of them once or rename one",

@@ -29,6 +29,10 @@ pub struct Hello {
     /// Paths that take forced split counts (optional; default none).
     #[serde(default)]
     pub split_paths: Vec<String>,
+    /// Why no run can work in this process (optional): every trial of the worker is a skip
+    /// with this reason, decided without a case file or a `run`.
+    #[serde(default)]
+    pub unavailable: Option<String>,
 }
 
 /// How a `run` ended, as the worker says.
@@ -219,6 +223,11 @@ pub fn parse_hello(v: Value) -> Result<Hello, ProtocolError> {
         version: clean(&hello.version),
         device: hello.device.as_deref().map(clean),
         capability: hello.capability.as_deref().map(clean),
+        unavailable: hello
+            .unavailable
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|s| super::text::one_line(s, 2000)),
         ..hello
     })
 }

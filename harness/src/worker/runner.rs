@@ -1,6 +1,8 @@
-//! A worker as a `Runner`: case files in, output files out, over one long-lived process that is
-//! restarted after each death (exit, closed stdout, garbage, timeout) and given up after
-//! `MAX_DEATHS` deaths in a row.
+//! A worker as a `Runner`: case files in, output files out, over a pool of long-lived processes
+//! (`Member`s, each with its own case folder and device), each restarted alone after its death
+//! (exit, closed stdout, garbage, timeout) and given up after `MAX_DEATHS` deaths in a row. The
+//! engine runs member `slot` from a thread of its own; the first member is started at once (its
+//! `hello` describes the worker), the others when their thread first needs them.
 
 use super::process::{Death, Process};
 use super::protocol::{self, Hello, Route, RouteShape, RunAnswer};
@@ -46,12 +48,77 @@ struct State {
     route_id: u64,
 }
 
+/// One process of the pool: its own case folder, environment (its device) and state.
+struct Member {
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    state: Mutex<State>,
+}
+
+impl Member {
+    fn new(env: Vec<(String, String)>) -> Result<Member, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("relattn-worker-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
+        super::live::add_folder(dir.path());
+        Ok(Member {
+            dir,
+            env,
+            state: Mutex::new(State {
+                process: None,
+                watch: None,
+                deaths: 0,
+                last_death: String::new(),
+                cases: VecDeque::new(),
+                files: 0,
+                last: None,
+                route_id: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How many processes a worker runs, and the GPUs they run on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pool {
+    /// Processes (at least 1).
+    pub size: usize,
+    /// NVML indices of the GPUs, handed out round robin (`CUDA_VISIBLE_DEVICES`) when there
+    /// are several; with one or none, the processes inherit relattn's environment.
+    pub devices: Vec<u32>,
+}
+
+impl Pool {
+    /// One process on the inherited device.
+    pub fn single() -> Pool {
+        Pool {
+            size: 1,
+            devices: Vec::new(),
+        }
+    }
+
+    fn env_of(&self, member: usize) -> Vec<(String, String)> {
+        if self.devices.len() < 2 {
+            return Vec::new();
+        }
+        let device = self.devices[member % self.devices.len()];
+        vec![
+            ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
+            ("CUDA_VISIBLE_DEVICES".into(), device.to_string()),
+        ]
+    }
+}
+
 pub struct WorkerRunner {
     pub spec: WorkerSpec,
     pub hello: Hello,
     timeout: Duration,
-    dir: tempfile::TempDir,
-    state: Mutex<State>,
+    members: Vec<Member>,
 }
 
 /// Start the worker and read its `hello`. Every failure here is the user's to fix (a command
@@ -60,9 +127,10 @@ pub struct WorkerRunner {
 fn start(
     spec: &WorkerSpec,
     timeout: Duration,
-    dir: &Path,
+    member: &Member,
 ) -> Result<(Process, Hello, Option<LogWatch>), String> {
-    let mut env = spec.env();
+    let dir = member.dir.path();
+    let mut env = member.env.clone();
     let (mut p, watch) = match &spec.sanitizer {
         None => (Process::spawn_with(&spec.command, &env)?, None),
         Some(s) => {
@@ -90,31 +158,40 @@ fn start(
 }
 
 impl WorkerRunner {
-    /// Start the worker and greet it.
+    /// Start the worker (one process) and greet it.
     pub fn start(spec: WorkerSpec, timeout: Duration) -> Result<WorkerRunner, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("relattn-worker-")
-            .tempdir()
-            .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
-        super::live::add_folder(dir.path());
-        let (process, hello, watch) =
-            start(&spec, timeout, dir.path()).map_err(|e| format!("worker {}: {e}", spec.label))?;
+        WorkerRunner::start_pool(spec, timeout, &Pool::single())
+    }
+
+    /// Start the pool's first process and greet it; the others start on first use.
+    pub fn start_pool(
+        spec: WorkerSpec,
+        timeout: Duration,
+        pool: &Pool,
+    ) -> Result<WorkerRunner, String> {
+        // What the worker's processes are given (numpy, vLLM, JIT caches): decided once.
+        let env = spec.env();
+        let members = (0..pool.size.max(1))
+            .map(|i| Member::new([env.clone(), pool.env_of(i)].concat()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (process, hello, watch) = start(&spec, timeout, &members[0])
+            .map_err(|e| format!("worker {}: {e}", spec.label))?;
+        {
+            let mut st = members[0].lock();
+            st.process = Some(process);
+            st.watch = watch;
+        }
         Ok(WorkerRunner {
             spec,
             hello,
             timeout,
-            dir,
-            state: Mutex::new(State {
-                process: Some(process),
-                watch,
-                deaths: 0,
-                last_death: String::new(),
-                cases: VecDeque::new(),
-                files: 0,
-                last: None,
-                route_id: 0,
-            }),
+            members,
         })
+    }
+
+    /// Processes in the pool.
+    pub fn pool_size(&self) -> usize {
+        self.members.len()
     }
 
     pub fn name(&self) -> &str {
@@ -123,10 +200,11 @@ impl WorkerRunner {
 
     /// The worker's routing decision for `shape` on capability `cc`.
     pub fn route(&self, cc: &str, shape: &RouteShape) -> Result<Route, String> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let member = &self.members[0];
+        let mut st = member.lock();
         st.route_id += 1;
         let id = st.route_id;
-        let p = self.process(&mut st)?;
+        let p = self.process(member, &mut st)?;
         let answer = match p.request(&protocol::route_request(id, cc, shape), self.timeout) {
             Ok(v) => protocol::parse_route(&v, id).map_err(|e| e.to_string()),
             Err(d) => Err(d.to_string()),
@@ -144,7 +222,7 @@ impl WorkerRunner {
     }
 
     /// The live process, restarting a dead one (a failed restart is one more death).
-    fn process<'s>(&self, st: &'s mut State) -> Result<&'s mut Process, String> {
+    fn process<'s>(&self, member: &Member, st: &'s mut State) -> Result<&'s mut Process, String> {
         if st.deaths >= MAX_DEATHS {
             return Err(format!(
                 "worker keeps dying: {} deaths in a row, the last: {}",
@@ -152,7 +230,7 @@ impl WorkerRunner {
             ));
         }
         if st.process.is_none() {
-            match start(&self.spec, self.timeout, self.dir.path()) {
+            match start(&self.spec, self.timeout, member) {
                 Ok((p, _, watch)) => {
                     st.process = Some(p);
                     st.watch = watch;
@@ -195,7 +273,12 @@ impl WorkerRunner {
     /// The case file of `req`, always one in this runner's folder and read-only, so a worker
     /// never writes to a file of the user's: a copy of the caller's file (`exec`), or one
     /// written here from the problem (kept for the next trials of the case).
-    fn case_file(&self, st: &mut State, req: &RunRequest<'_>) -> Result<PathBuf, String> {
+    fn case_file(
+        &self,
+        member: &Member,
+        st: &mut State,
+        req: &RunRequest<'_>,
+    ) -> Result<PathBuf, String> {
         if let Some((_, f)) = st.cases.iter().find(|(id, _)| id == req.case_id) {
             if req.case_file.is_none() {
                 return Ok(f.clone());
@@ -207,7 +290,7 @@ impl WorkerRunner {
             }
         }
         st.files += 1;
-        let file = self
+        let file = member
             .dir
             .path()
             .join(format!("case-{}.safetensors", st.files));
@@ -258,20 +341,24 @@ fn copy_worker_file(from: &Path, to: &Path, limit: u64) -> std::io::Result<u64> 
 }
 
 impl Runner for WorkerRunner {
-    fn run(&self, _slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
+    /// Run `req` on the pool's process `slot` (modulo the pool's size).
+    fn run(&self, slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
         let Target::Worker { path, .. } = req.target else {
             return Err(RunError::Other(format!(
                 "worker {} was handed a native target",
                 self.name()
             )));
         };
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let member = &self.members[slot % self.members.len()];
+        let mut st = member.lock();
         if let Some((_, _, old)) = st.last.take() {
             let _ = std::fs::remove_file(old);
         }
-        let case = self.case_file(&mut st, req).map_err(RunError::Other)?;
+        let case = self
+            .case_file(member, &mut st, req)
+            .map_err(RunError::Other)?;
         st.files += 1;
-        let out = self
+        let out = member
             .dir
             .path()
             .join(format!("out-{}.safetensors", st.files));
@@ -284,11 +371,14 @@ impl Runner for WorkerRunner {
             &out.to_string_lossy(),
             req.timing.map(|t| (t.warmup, t.reps)),
         );
-        let p = self.process(&mut st).map_err(RunError::Other)?;
+        let p = self.process(member, &mut st).map_err(RunError::Other)?;
         let answer = p
             .request(&message, self.timeout)
             .map_err(|d: Death| d.to_string())
-            .and_then(|v| protocol::parse_run(&v, req.trial).map_err(|e| e.to_string()));
+            .and_then(|v| {
+                super::jit::record(&v);
+                protocol::parse_run(&v, req.trial).map_err(|e| e.to_string())
+            });
         let answer = match answer {
             Ok(a) => a,
             Err(why) => {
@@ -349,11 +439,12 @@ impl Runner for WorkerRunner {
     }
 
     fn keep(&self, trial: &str, dir: &Path) -> Option<Kept> {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (id, case, out) = st.last.clone()?;
-        if id != trial {
-            return None;
-        }
+        let (_, case, out) = self.members.iter().find_map(|m| {
+            m.lock()
+                .last
+                .clone()
+                .filter(|(id, _, _)| id.as_str() == trial)
+        })?;
         relattn_common::files::create_dir_nofollow(dir).ok()?;
         let stem = trial.replace("::", "-");
         let mut kept = Kept::default();
@@ -421,7 +512,7 @@ fn folder_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-impl Drop for WorkerRunner {
+impl Drop for Member {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = st.process.take() {
@@ -479,7 +570,7 @@ for line in sys.stdin:
             command: vec!["python3".into(), "-c".into(), script],
             label: "--worker twice".into(),
             sanitizer: None,
-            needs_vllm: false,
+            shipped: None,
         };
         WorkerRunner::start(spec, Duration::from_secs(10)).unwrap()
     }

@@ -22,8 +22,8 @@ pub(super) fn selection_filter(args: &Args) -> anyhow::Result<Option<Filter>> {
     })
 }
 
-/// The failed and errored trials of the report at `dir`, and the matrix it ran. A report with
-/// none is a usage error: there is nothing to run again.
+/// The failed and errored trials of the report at `dir`, and the matrix it ran (an empty set
+/// when it has none: there is nothing to run again, which is no error).
 pub(super) fn failed_trials(dir: &Path) -> anyhow::Result<(Option<String>, BTreeSet<String>)> {
     let report = relattn_reports::load(dir)
         .map_err(|e| exit::usage(format!("--rerun-failed {}: {e}", dir.display())))?;
@@ -39,10 +39,12 @@ pub(super) fn failed_trials(dir: &Path) -> anyhow::Result<(Option<String>, BTree
         );
     }
     if names.is_empty() {
-        return Err(exit::usage(format!(
-            "--rerun-failed {}: the report has no failed or errored trial",
+        eprintln!(
+            "relattn run: --rerun-failed {}: the report has no failed or errored trial: nothing \
+             to run again",
             dir.display()
-        )));
+        );
+        return Ok((matrix, names));
     }
     eprintln!(
         "relattn run: running the {} failed and errored trial(s) of {} again",

@@ -56,6 +56,7 @@ fn args(out: &std::path::Path) -> Args {
         require_gpu: false,
         resume: false,
         worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
+        worker_processes: None,
         self_checks: false,
         processes: 1,
         sanitize: None,

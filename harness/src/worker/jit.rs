@@ -1,0 +1,194 @@
+//! The workers' JIT compiles: their caches kept in relattn's cache folder between runs, and the
+//! kernels they compiled during a run, counted for its timing line.
+//!
+//! Each shipped worker that compiles kernels at run time (CuTe DSL, Triton, Inductor) gets its
+//! caches under `<cache>/jit/<worker>/<identity>/`, where the identity hashes the interpreter,
+//! the versions of the compiling packages and every source file of vLLM's kernels the worker
+//! loads, so a second run on the machine compiles nothing and a changed kernel source (another
+//! release, an edited checkout) never reuses an entry made from the old one. A cache variable
+//! the user set is left as it is.
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The shipped workers that compile kernels at run time.
+pub const COMPILING: [&str; 4] = ["vllm", "triton", "fa4", "flex"];
+
+/// vLLM's kernel sources a worker may compile, under a vLLM tree.
+const KERNEL_SOURCES: [&str; 3] = [
+    "vllm/models/inkling",
+    "vllm/vllm_flash_attn/cute",
+    "vllm/third_party/tml_fa4",
+];
+
+static COMPILED: AtomicU64 = AtomicU64::new(0);
+static MICROS: AtomicU64 = AtomicU64::new(0);
+
+/// Count a run answer's `jit` (`{"compiled":N,"seconds":S}`; absent or malformed: nothing).
+pub fn record(answer: &serde_json::Value) {
+    let Some(jit) = answer.get("jit") else {
+        return;
+    };
+    let compiled = jit.get("compiled").and_then(serde_json::Value::as_u64);
+    let seconds = jit.get("seconds").and_then(serde_json::Value::as_f64);
+    if let (Some(n), Some(s)) = (compiled, seconds) {
+        if n <= 1 << 20 && s.is_finite() && (0.0..=86_400.0).contains(&s) {
+            COMPILED.fetch_add(n, Ordering::Relaxed);
+            MICROS.fetch_add((s * 1e6) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Kernels the workers compiled in this process's runs, and the seconds those runs took.
+pub fn totals() -> (u64, f64) {
+    (
+        COMPILED.load(Ordering::Relaxed),
+        MICROS.load(Ordering::Relaxed) as f64 * 1e-6,
+    )
+}
+
+/// What `python` says of itself and its packages: the interpreter's tag, the versions of the
+/// compiling packages, and the folder above an installed `vllm` package.
+const PROBE: &str = r#"
+import importlib.metadata as m, importlib.util as u, sys
+print(sys.implementation.cache_tag)
+for p in ("torch", "triton", "nvidia-cutlass-dsl", "flash-attn-4", "quack-kernels", "apache-tvm-ffi"):
+    try:
+        print(p, m.version(p))
+    except Exception:
+        print(p, "-")
+s = u.find_spec("vllm")
+print(list(s.submodule_search_locations)[0].rsplit("/", 1)[0] if s and s.submodule_search_locations else "")
+"#;
+
+/// The cache folder of worker `name` started with `python`, its vLLM tree at `vllm_root` (None:
+/// `RELATTN_VLLM_ROOT`, else an installed vLLM, else none).
+pub fn cache_dir(name: &str, python: &str, vllm_root: Option<&Path>) -> Option<PathBuf> {
+    let out = Command::new(python).args(["-c", PROBE]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let installed = said.lines().last().map(str::trim).unwrap_or_default();
+    let root = vllm_root
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("RELATTN_VLLM_ROOT").map(PathBuf::from))
+        .or_else(|| (!installed.is_empty()).then(|| PathBuf::from(installed)));
+    let mut hash = Sha256::new();
+    hash.update(name.as_bytes());
+    hash.update(said.as_bytes());
+    if let Some(root) = root {
+        for dir in KERNEL_SOURCES {
+            hash_sources(&root, &root.join(dir), &mut hash);
+        }
+    }
+    let identity = hex::encode(&hash.finalize()[..8]);
+    Some(
+        relattn_kernels::gpu::cache_dir()?
+            .join("jit")
+            .join(name)
+            .join(identity),
+    )
+}
+
+/// Every `.py` file under `dir`, in a fixed order: its path relative to `root`, its length and
+/// its bytes.
+fn hash_sources(root: &Path, dir: &Path, hash: &mut Sha256) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            hash_sources(root, &path, hash);
+        } else if meta.is_file() && path.extension().is_some_and(|e| e == "py") {
+            if let Ok(bytes) = std::fs::read(&path) {
+                let relative = path.strip_prefix(root).unwrap_or(&path);
+                hash.update(relative.to_string_lossy().as_bytes());
+                hash.update((bytes.len() as u64).to_le_bytes());
+                hash.update(&bytes);
+            }
+        }
+    }
+}
+
+/// The cache variables for a worker whose caches live in `dir` (those the user set stay), and
+/// `RELATTN_JIT_DIRS`, the folders where the worker counts the kernels it compiled.
+pub fn cache_env(dir: &Path) -> Vec<(String, String)> {
+    let at = |sub: &str| dir.join(sub).to_string_lossy().into_owned();
+    let wanted = [
+        ("TRITON_CACHE_DIR", at("triton")),
+        ("CUTE_DSL_CACHE_DIR", at("cute_dsl")),
+        ("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "1".to_string()),
+        ("FLASH_ATTENTION_CUTE_DSL_CACHE_DIR", at("fa4")),
+        ("TORCHINDUCTOR_CACHE_DIR", at("inductor")),
+    ];
+    let mut env = Vec::new();
+    let mut counted = Vec::new();
+    for (key, value) in wanted {
+        let value = std::env::var(key).unwrap_or(value);
+        if key.ends_with("_DIR") && key != "TORCHINDUCTOR_CACHE_DIR" {
+            counted.push(value.clone());
+        }
+        env.push((key.to_string(), value));
+    }
+    env.push(("RELATTN_JIT_DIRS".to_string(), counted.join(":")));
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_kernel_source_changes_the_cache_folder() {
+        let tree = tempfile::tempdir().unwrap();
+        let ops = tree.path().join("vllm/models/inkling/nvidia/ops");
+        std::fs::create_dir_all(&ops).unwrap();
+        std::fs::write(ops.join("op.py"), "x = 1\n").unwrap();
+        let dir = |root: &Path| {
+            let mut h = Sha256::new();
+            for d in KERNEL_SOURCES {
+                hash_sources(root, &root.join(d), &mut h);
+            }
+            hex::encode(h.finalize())
+        };
+        let before = dir(tree.path());
+        assert_eq!(before, dir(tree.path()), "the same tree, the same identity");
+        std::fs::write(ops.join("op.py"), "x = 2\n").unwrap();
+        assert_ne!(before, dir(tree.path()));
+        let changed = dir(tree.path());
+        std::fs::write(ops.join("notes.txt"), "not a source").unwrap();
+        assert_eq!(changed, dir(tree.path()), "only sources count");
+    }
+
+    #[test]
+    fn answers_add_up_and_malformed_ones_count_nothing() {
+        let (n0, s0) = totals();
+        record(&serde_json::json!({"jit": {"compiled": 3, "seconds": 1.5}}));
+        record(&serde_json::json!({"jit": {"compiled": -1, "seconds": 1.0}}));
+        record(&serde_json::json!({"jit": {"compiled": 2, "seconds": f64::MAX}}));
+        record(&serde_json::json!({"ok": true}));
+        let (n1, s1) = totals();
+        assert_eq!(n1 - n0, 3);
+        assert!((s1 - s0 - 1.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_variable_the_user_set_is_kept() {
+        let env = cache_env(Path::new("/c"));
+        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        assert_eq!(
+            get("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED").as_deref(),
+            Some("1")
+        );
+        let dirs = get("RELATTN_JIT_DIRS").unwrap();
+        assert!(dirs.split(':').count() == 3, "{dirs}");
+    }
+}

@@ -1,0 +1,190 @@
+//! A worker's pool of processes (`--worker-processes`), without a GPU, through the faulty
+//! worker's record of which process ran which trial and when: every trial runs exactly once,
+//! processes run side by side, a process that dies restarts alone, and the verdicts do not
+//! depend on the pool's size.
+
+use crate::common::{text, worker_rows};
+use crate::python::{numpy_path, repo};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn faulty() -> String {
+    format!(
+        "python3 {}",
+        repo().join("adapters/faulty_worker.py").display()
+    )
+}
+
+/// `relattn run --matrix smoke --paths none --worker <faulty> --worker-processes N`, with `env`.
+fn pool_run(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    env: &[(&str, &str)],
+) -> (Output, std::path::PathBuf) {
+    let out = dir.join(name);
+    let worker = faulty();
+    let n = n.to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_relattn"))
+        .args([
+            "run", "--matrix", "smoke", "--paths", "none", "--worker", &worker,
+        ])
+        .args(["--worker-processes", &n, "--out", out.to_str().unwrap()])
+        .env("PYTHONPATH", numpy_path())
+        .env("RUST_BACKTRACE", "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
+    (o, out)
+}
+
+/// (pid, start, end, trial) per line of a record.
+fn record(file: &Path) -> Vec<(u32, f64, f64, String)> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut w = l.splitn(4, ' ');
+            let mut next = || w.next().unwrap().to_string();
+            let pid = next().parse().unwrap();
+            let (start, end) = (next().parse().unwrap(), next().parse().unwrap());
+            (pid, start, end, next())
+        })
+        .collect()
+}
+
+#[test]
+fn a_pool_runs_each_trial_once_with_its_processes_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("record");
+    let (o, report) = pool_run(
+        dir.path(),
+        "pool",
+        4,
+        &[
+            ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
+            ("RELATTN_FAULTY_SLOW_MS", "40"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let rows = worker_rows(&report);
+    let runs = record(&rec);
+    let mut seen = HashSet::new();
+    for (_, _, _, trial) in &runs {
+        assert!(seen.insert(trial.clone()), "{trial} ran twice");
+    }
+    assert_eq!(runs.len(), rows.len(), "every worker trial ran once");
+    let pids: HashSet<u32> = runs.iter().map(|r| r.0).collect();
+    assert!(
+        pids.len() >= 2 && pids.len() <= 4,
+        "{} processes",
+        pids.len()
+    );
+    // Two processes were busy at once: some runs of different processes overlap in time.
+    let overlapping = runs
+        .iter()
+        .any(|a| runs.iter().any(|b| a.0 != b.0 && a.1 < b.2 && b.1 < a.2));
+    assert!(overlapping, "the pool's processes never ran side by side");
+}
+
+#[test]
+fn a_process_that_dies_restarts_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("record");
+    // One trial of the smoke tier crashes its process.
+    let victim = relattn_matrices::load_tier("smoke")
+        .unwrap()
+        .expand()
+        .unwrap()
+        .cases[3]
+        .id
+        .clone();
+    let (o, report) = pool_run(
+        dir.path(),
+        "crash",
+        4,
+        &[
+            ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
+            ("RELATTN_FAULTY_CRASH", &victim),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let rows = worker_rows(&report);
+    let errors: Vec<_> = rows.iter().filter(|r| r["status"] == "error").collect();
+    assert_eq!(errors.len(), 1, "only the crashing trial errors");
+    assert!(errors[0]["trial"].as_str().unwrap().ends_with(&victim));
+    assert!(rows
+        .iter()
+        .filter(|r| r["status"] != "error")
+        .all(|r| r["status"] == "pass"));
+    // The record holds every trial but the crashed one; the crashed process's successor is one
+    // more process, and no other process was replaced.
+    let runs = record(&rec);
+    assert_eq!(runs.len(), rows.len() - 1);
+    let pids: HashSet<u32> = runs.iter().map(|r| r.0).collect();
+    assert!(
+        pids.len() <= 5,
+        "{} processes for a pool of 4 and one death",
+        pids.len()
+    );
+}
+
+#[test]
+fn verdicts_do_not_depend_on_the_pools_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("RELATTN_FAULTY_WRONG", "seed1"),
+        ("RELATTN_FAULTY_NAN", "decode"),
+    ];
+    let verdicts = |name: &str, n: usize| -> BTreeMap<String, (String, String)> {
+        let (o, report) = pool_run(dir.path(), name, n, &env);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        worker_rows(&report)
+            .iter()
+            .map(|r| {
+                (
+                    r["trial"].as_str().unwrap().to_string(),
+                    (
+                        r["status"].as_str().unwrap().to_string(),
+                        // The kept files' paths name the report's folder.
+                        r["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .replace(&format!("/{name}/"), "/REPORT/"),
+                    ),
+                )
+            })
+            .collect()
+    };
+    let one = verdicts("one", 1);
+    let four = verdicts("four", 4);
+    assert!(one.values().any(|(s, _)| s == "fail"));
+    assert_eq!(one, four);
+}
+
+/// A worker that says in `hello` it cannot run here has its trials decided as skips with its
+/// reason, without a case file written or a `run` sent.
+#[test]
+fn an_unavailable_worker_skips_without_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("record");
+    let (o, report) = pool_run(
+        dir.path(),
+        "unavailable",
+        2,
+        &[
+            ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
+            ("RELATTN_FAULTY_UNAVAILABLE", "no kernel here"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let rows = worker_rows(&report);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert_eq!(r["status"], "skip");
+        assert_eq!(r["message"], "no kernel here");
+    }
+    assert!(!rec.exists(), "a run was sent");
+}
