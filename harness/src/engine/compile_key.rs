@@ -1,12 +1,13 @@
 //! Which worker trials share a kernel configuration, so a pool of worker processes compiles each
 //! configuration once per run: a JIT-compiled kernel (CuTe DSL, Triton) is specialised on the
 //! dtype, head counts and dim, page size, window, extent and the bucketed query length
-//! (SPEC section 4.4), and on the split settings the case's trials force. Every trial of a case
-//! has its case's key, so a case's trials also share one process and one case file.
+//! (SPEC section 4.4), and on the split settings the case's trials force. A case's trials are
+//! one unit (one process, one case file); the queue hands units to a pool's processes.
 
 use crate::trial_list::Trial;
 use relattn_matrices::Case;
 use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex};
 
 /// A case's kernel configuration, as the workers' JIT caches key it.
 pub fn of_case(case: &Case) -> String {
@@ -26,37 +27,132 @@ pub fn of_case(case: &Case) -> String {
     )
 }
 
-/// `trials` in groups of one configuration each, groups in the order their first trial came.
-pub fn groups(trials: Vec<Trial>) -> Vec<Vec<Trial>> {
+/// One case's trials for one worker: the unit a process takes (one case file, written once).
+pub struct Unit {
+    key: String,
+    /// The case's bytes in memory: larger cases take longer, so they start first.
+    bytes: u64,
+    pub trials: Vec<Trial>,
+}
+
+/// `trials` as units, one per case.
+pub fn units(trials: Vec<Trial>) -> Vec<Unit> {
     let mut index: BTreeMap<String, usize> = BTreeMap::new();
-    let mut out: Vec<Vec<Trial>> = Vec::new();
+    let mut out: Vec<Unit> = Vec::new();
     for t in trials {
-        let key = t.case().map(|c| of_case(c)).unwrap_or_default();
-        let at = *index.entry(key).or_insert_with(|| {
-            out.push(Vec::new());
+        let case_id = t.case().map(|c| c.id.clone()).unwrap_or_default();
+        let at = *index.entry(case_id).or_insert_with(|| {
+            let (key, bytes) = t
+                .case()
+                .map_or((String::new(), 0), |c| (of_case(c), c.bytes()));
+            out.push(Unit {
+                key,
+                bytes,
+                trials: Vec::new(),
+            });
             out.len() - 1
         });
-        out[at].push(t);
+        out[at].trials.push(t);
     }
     out
+}
+
+/// The units of one worker, handed to the processes of its pool: a process takes the units of
+/// the configurations it compiled first; then a configuration nobody has taken (it compiles
+/// it); then, rather than idle, a unit of a configuration another process has already compiled
+/// once (it loads the kernel from the persistent JIT cache instead of compiling it again). Within
+/// each choice the largest case comes first, so the long trials do not come last.
+pub struct UnitQueue {
+    state: Mutex<QueueState>,
+    moved: Condvar,
+}
+
+struct QueueState {
+    units: Vec<Unit>,
+    /// Configuration -> (the process that took it, whether one of its units has finished).
+    owners: BTreeMap<String, (usize, bool)>,
+}
+
+impl UnitQueue {
+    pub fn new(mut units: Vec<Unit>) -> UnitQueue {
+        units.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        UnitQueue {
+            state: Mutex::new(QueueState {
+                units,
+                owners: BTreeMap::new(),
+            }),
+            moved: Condvar::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().units.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next unit for process `slot`, waiting while every unit left belongs to a
+    /// configuration another process is still compiling; None when none is left or `stop`.
+    pub fn next(&self, slot: usize, stop: &dyn Fn() -> bool) -> Option<Unit> {
+        let mut st = self.lock();
+        loop {
+            if stop() || st.units.is_empty() {
+                return None;
+            }
+            let owner = |u: &Unit| st.owners.get(&u.key).copied();
+            let pick = st
+                .units
+                .iter()
+                .position(|u| owner(u).is_some_and(|(o, _)| o == slot))
+                .or_else(|| st.units.iter().position(|u| owner(u).is_none()))
+                .or_else(|| {
+                    st.units
+                        .iter()
+                        .position(|u| owner(u).is_some_and(|(_, done)| done))
+                });
+            if let Some(at) = pick {
+                let unit = st.units.remove(at);
+                st.owners.entry(unit.key.clone()).or_insert((slot, false));
+                return Some(unit);
+            }
+            // Wake now and then to see a stop request even when nothing finishes.
+            st = self
+                .moved
+                .wait_timeout(st, std::time::Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Process `slot` finished a unit of configuration `key`: others may now load it.
+    pub fn finished(&self, key: &str) {
+        if let Some(owner) = self.lock().owners.get_mut(key) {
+            owner.1 = true;
+        }
+        self.moved.notify_all();
+    }
+}
+
+impl Unit {
+    pub fn key(&self) -> &str {
+        &self.key
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
+    use std::sync::Arc;
 
-    #[test]
-    fn a_cases_trials_share_a_group_and_every_trial_is_in_one() {
-        let cases: Vec<std::sync::Arc<Case>> = relattn_matrices::load_tier("ci")
-            .unwrap()
-            .expand()
-            .unwrap()
-            .cases
-            .into_iter()
-            .map(std::sync::Arc::new)
-            .collect();
-        let trials: Vec<Trial> = cases
+    fn trials(cases: &[Arc<Case>]) -> Vec<Trial> {
+        cases
             .iter()
             .flat_map(|c| {
                 ["a", "b"].map(|p| Trial {
@@ -74,32 +170,84 @@ mod tests {
                     ignore: None,
                 })
             })
-            .collect();
-        let n = trials.len();
-        let groups = groups(trials);
-        assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), n);
-        assert!(
-            groups.len() > 10 && groups.len() < cases.len(),
-            "{}",
-            groups.len()
-        );
+            .collect()
+    }
+
+    fn ci_cases() -> Vec<Arc<Case>> {
+        relattn_matrices::load_tier("ci")
+            .unwrap()
+            .expand()
+            .unwrap()
+            .cases
+            .into_iter()
+            .map(Arc::new)
+            .collect()
+    }
+
+    #[test]
+    fn a_cases_trials_are_one_unit_and_every_trial_is_in_one() {
+        let cases = ci_cases();
+        let all = trials(&cases);
+        let n = all.len();
+        let units = units(all);
+        assert_eq!(units.len(), cases.len());
+        assert_eq!(units.iter().map(|u| u.trials.len()).sum::<usize>(), n);
         let mut seen = HashSet::new();
-        for g in &groups {
-            let keys: HashSet<String> = g.iter().map(|t| of_case(t.case().unwrap())).collect();
-            assert_eq!(keys.len(), 1);
-            for t in g {
+        for u in &units {
+            let ids: HashSet<&str> = u
+                .trials
+                .iter()
+                .map(|t| t.case().unwrap().id.as_str())
+                .collect();
+            assert_eq!(ids.len(), 1);
+            for t in &u.trials {
                 assert!(seen.insert(t.name.clone()), "{} twice", t.name);
             }
         }
-        // Both trials of a case are in one group.
-        for c in &cases {
-            let holding: Vec<usize> = groups
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| g.iter().any(|t| t.name.ends_with(&c.id)))
-                .map(|(i, _)| i)
-                .collect();
-            assert_eq!(holding.len(), 1, "{}", c.id);
+        let keys: HashSet<&str> = units.iter().map(Unit::key).collect();
+        assert!(
+            keys.len() > 10 && keys.len() < cases.len(),
+            "{}",
+            keys.len()
+        );
+    }
+
+    #[test]
+    fn a_process_keeps_its_configurations_and_takes_others_only_once_compiled() {
+        let cases = ci_cases();
+        let queue = UnitQueue::new(units(trials(&cases)));
+        let total = queue.len();
+        let never = || false;
+        let first = queue.next(0, &never).unwrap();
+        // Process 0 goes on with its own configuration while it has units of it.
+        let same_left = {
+            let st = queue.lock();
+            st.units.iter().filter(|u| u.key == first.key).count()
+        };
+        if same_left > 0 {
+            assert_eq!(queue.next(0, &never).unwrap().key, first.key);
         }
+        // Process 1 takes another configuration while process 0 compiles the first.
+        let other = queue.next(1, &never).unwrap();
+        assert_ne!(other.key, first.key);
+        // Once every other configuration is taken, process 1 steals only finished ones.
+        let mut taken = 2 + usize::from(same_left > 0);
+        queue.finished(&first.key);
+        queue.finished(&other.key);
+        while let Some(u) = queue.next(1, &|| false) {
+            let owner = queue.lock().owners[&u.key];
+            assert!(owner.0 == 1 || owner.1, "stole {} while it compiled", u.key);
+            queue.finished(&u.key);
+            taken += 1;
+        }
+        assert_eq!(taken, total);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn larger_cases_come_first() {
+        let queue = UnitQueue::new(units(trials(&ci_cases())));
+        let st = queue.lock();
+        assert!(st.units.windows(2).all(|w| w[0].bytes >= w[1].bytes));
     }
 }

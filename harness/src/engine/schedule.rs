@@ -126,12 +126,13 @@ pub(super) fn run_all(
                 ahead.finish();
             });
         }
-        // Each worker's trials in groups of one kernel configuration, fed from one queue to a
-        // thread per process of its pool: a configuration compiles in one process, once.
+        // Each worker's trials, a unit per case, handed to a thread per process of its pool
+        // (`compile_key::UnitQueue`: a configuration compiles in one process, once).
         for (index, trials) in per_worker.into_iter().enumerate() {
-            let groups = super::compile_key::groups(trials);
-            let threads = session.workers[index].pool_size().min(groups.len());
-            let queue = Arc::new(Mutex::new(VecDeque::from(groups)));
+            let queue = Arc::new(super::compile_key::UnitQueue::new(
+                super::compile_key::units(trials),
+            ));
+            let threads = session.workers[index].pool_size().min(queue.len());
             for slot in 0..threads {
                 let (queue, tx, store, set) =
                     (queue.clone(), tx.clone(), store.clone(), set.clone());
@@ -140,16 +141,15 @@ pub(super) fn run_all(
                     worker_slot: slot,
                     ..session.runners(0)
                 };
-                scope.spawn(move || loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some(group) = next.filter(|_| !stopping()) else {
-                        break;
-                    };
-                    for t in &group {
-                        if stopping() {
-                            break;
+                scope.spawn(move || {
+                    while let Some(unit) = queue.next(slot, stopping) {
+                        for t in &unit.trials {
+                            if stopping() {
+                                break;
+                            }
+                            let _ = tx.send(run_trial(t, &store, &runners, &set));
                         }
-                        let _ = tx.send(run_trial(t, &store, &runners, &set));
+                        queue.finished(unit.key());
                     }
                 });
             }
