@@ -75,7 +75,7 @@ struct QueueState {
 
 impl UnitQueue {
     pub fn new(mut units: Vec<Unit>) -> UnitQueue {
-        units.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        units.sort_by_key(|u| std::cmp::Reverse(u.bytes));
         UnitQueue {
             state: Mutex::new(QueueState {
                 units,
