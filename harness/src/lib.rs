@@ -25,3 +25,4 @@ pub mod session;
 pub mod table;
 pub mod trial_list;
 pub mod worker;
+pub mod xfail;

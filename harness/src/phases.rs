@@ -17,9 +17,11 @@ pub enum Phase {
     Workers,
     Judge,
     SelfChecks,
+    /// Failing trials run again in variants (`engine/triage.rs`).
+    Triage,
 }
 
-const PHASES: [Phase; 7] = [
+const PHASES: [Phase; 8] = [
     Phase::Generate,
     Phase::Reference,
     Phase::Compile,
@@ -27,9 +29,10 @@ const PHASES: [Phase; 7] = [
     Phase::Workers,
     Phase::Judge,
     Phase::SelfChecks,
+    Phase::Triage,
 ];
 
-static NANOS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static NANOS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 
 impl Phase {
     pub fn name(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Phase {
             Phase::Workers => "workers",
             Phase::Judge => "judge",
             Phase::SelfChecks => "self_checks",
+            Phase::Triage => "triage",
         }
     }
 

@@ -42,6 +42,11 @@ pub struct SessionOptions {
     pub worker_processes: Option<usize>,
     /// This run is one of this many side by side (`--processes`): its share of the machine.
     pub processes: usize,
+    /// Run failing and erroring GPU trials again in variants that tell causes apart
+    /// (`--no-triage` turns it off; `RELATTN_TRIAGE=0` under `cargo test`).
+    pub triage: bool,
+    /// The expected failures of `--xfail FILE` (`RELATTN_XFAIL` under `cargo test`).
+    pub xfail: Option<std::path::PathBuf>,
     /// The reference self-checks: None runs them only where no GPU is usable (a GPU run leaves
     /// them to CPU CI), true always.
     pub self_checks: Option<bool>,
@@ -122,6 +127,8 @@ impl SessionOptions {
             worker_timeout,
             worker_processes,
             processes: 1,
+            triage: var("RELATTN_TRIAGE").is_none_or(|v| v.trim() != "0"),
+            xfail: var("RELATTN_XFAIL").map(Into::into),
             self_checks: Some(true),
         })
     }
@@ -148,6 +155,10 @@ pub struct Session {
     /// The workers, started and greeted, in `SessionOptions::workers` order.
     pub workers: Vec<Arc<WorkerRunner>>,
     worker_runners: Vec<Arc<dyn Runner>>,
+    /// Failing GPU trials are triaged (`SessionOptions::triage`).
+    pub triage: bool,
+    /// Expected failures (`SessionOptions::xfail`).
+    pub xfail: Option<crate::xfail::XFails>,
 }
 
 impl Session {
@@ -169,6 +180,13 @@ impl Session {
         libs_present: bool,
         factory: &dyn ExecutorFactory,
     ) -> anyhow::Result<Session> {
+        // A bad xfail file is the user's to fix, before anything slow.
+        let xfail = opts
+            .xfail
+            .as_deref()
+            .map(crate::xfail::XFails::load)
+            .transpose()
+            .map_err(crate::exit::usage)?;
         let status = detect(source, libs_present, &opts.devices);
         let gpu_usable = matches!(status, GpuStatus::Ready { .. });
         let set = opts
@@ -292,6 +310,8 @@ impl Session {
             executor,
             workers,
             worker_runners,
+            triage: opts.triage,
+            xfail,
         })
     }
 
@@ -302,6 +322,8 @@ impl Session {
             workers: &self.worker_runners,
             keep: None,
             worker_slot: 0,
+            triage: self.triage,
+            xfail: self.xfail.as_ref(),
         }
     }
 

@@ -78,6 +78,24 @@ pub fn split_request(p: &Problem, b: usize, first_len: usize) -> Option<Problem>
     Problem::new(data).ok()
 }
 
+/// The same problem with every value no real row reads made finite (0.0): the NaN a generated
+/// case puts in unused and pre-window pages, padding rows and bias cells past the visible
+/// distances (a case file may hold NaN only there too: `finite.rs`). The output must not change,
+/// so a kernel that passes on this problem and fails on the original leaks NaN from memory it
+/// must not read (SPEC section 5, class 7). None when the problem holds no non-finite value.
+pub fn finite_unread(p: &Problem) -> Option<Problem> {
+    let finite = |x: &f32| x.is_finite();
+    if p.q.iter().all(finite) && p.rel_logits.iter().all(finite) && p.kv.iter().all(finite) {
+        return None;
+    }
+    let zero = |x: f32| if x.is_finite() { x } else { 0.0 };
+    let mut data = p.data().clone();
+    data.q.mapv_inplace(zero);
+    data.rel_logits.mapv_inplace(zero);
+    data.kv.iter_mut().for_each(|x| *x = zero(*x));
+    Some(Problem::new(data).expect("finite values keep a valid problem valid"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +123,39 @@ mod tests {
         assert_eq!(s.request(1).q_start, 1);
         assert_eq!(s.request(1).kv_len, 40);
         assert!(split_request(&p, 1, 1).is_none());
+    }
+
+    #[test]
+    fn finite_unread_changes_only_what_no_row_reads() {
+        let mut spec = GenSpec::global(4, 2, vec![(3, 40), (0, 5), (2, 2)], 11);
+        spec.head_dim = 8;
+        let p = generate(&spec).unwrap();
+        assert!(
+            p.kv.iter().any(|x| x.is_nan()),
+            "a generated case is poisoned"
+        );
+        let f = finite_unread(&p).unwrap();
+        assert!(f
+            .kv
+            .iter()
+            .chain(f.q.iter())
+            .chain(f.rel_logits.iter())
+            .all(|x| x.is_finite()));
+        // The keys of requests with queries are read (a zero-length request reads none).
+        for b in (0..p.batch()).filter(|&b| p.request(b).q_len > 0) {
+            for j in 0..p.seqused_k[b] as usize {
+                for h in 0..2 {
+                    assert_eq!(p.key(b, j, h), f.key(b, j, h));
+                    assert_eq!(p.value(b, j, h), f.value(b, j, h));
+                }
+            }
+        }
+        for t in 0..p.real_rows() {
+            assert_eq!(
+                p.q.index_axis(ndarray::Axis(0), t),
+                f.q.index_axis(ndarray::Axis(0), t)
+            );
+        }
+        assert!(finite_unread(&f).is_none(), "nothing left to change");
     }
 }

@@ -48,8 +48,10 @@ fn failure_body(r: &Row) -> String {
 
 fn test_case(r: &Row, classname: &str) -> TestCase {
     let status = match r.status {
-        Status::Pass => TestCaseStatus::success(),
-        Status::Skip => {
+        // pytest's convention: an unexpected pass of a non-strict entry passes.
+        Status::Pass | Status::XPass => TestCaseStatus::success(),
+        // pytest's convention: an expected failure is skipped, with its reason.
+        Status::Skip | Status::XFail => {
             let mut s = TestCaseStatus::skipped();
             if !r.message.is_empty() {
                 s.set_message(xml_text(&r.message));

@@ -16,8 +16,16 @@ const SKIP_REASONS_LISTED: usize = 100;
 
 fn counts_text(c: &StatusCounts) -> String {
     format!(
-        "{} pass, {} fail, {} skip, {} error",
-        c.pass, c.fail, c.skip, c.error
+        "{} pass, {} fail, {} skip, {} error{}",
+        c.pass,
+        c.fail,
+        c.skip,
+        c.error,
+        if c.xfail + c.xpass > 0 {
+            format!(", {} xfail, {} xpass", c.xfail, c.xpass)
+        } else {
+            String::new()
+        }
     )
 }
 
@@ -272,12 +280,37 @@ fn slowest(s: &mut String, rows: &[&Row]) {
     s.push('\n');
 }
 
+/// `cause N, cause N` over `rows` that triage gave a cause (empty when none has one).
+fn causes_text(rows: &[&&Row]) -> String {
+    let mut by_cause: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in rows {
+        if let Some(c) = r.params.get("cause") {
+            *by_cause.entry(c.as_str()).or_default() += 1;
+        }
+    }
+    let parts: Vec<String> = by_cause.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    parts.join(", ")
+}
+
 fn failures(s: &mut String, rows: &[&Row]) {
+    let expected: Vec<&&Row> = rows.iter().filter(|r| r.status == Status::XFail).collect();
+    if !expected.is_empty() {
+        let _ = writeln!(
+            s,
+            "Expected failures (--xfail): {}, by cause: {}\n",
+            expected.len(),
+            causes_text(&expected)
+        );
+    }
     let bad: Vec<&&Row> = rows.iter().filter(|r| r.status.is_bad()).collect();
     if bad.is_empty() {
         return;
     }
     let _ = writeln!(s, "Failures ({}):\n", bad.len());
+    let causes = causes_text(&bad);
+    if !causes.is_empty() {
+        let _ = writeln!(s, "By cause (triage): {causes}\n");
+    }
     for r in bad.iter().take(MAX_FAILURES_LISTED) {
         let figures = match (r.max_abs, r.bound) {
             (Some(e), Some(b)) => {

@@ -13,10 +13,24 @@ pub enum Status {
     Fail,
     Skip,
     Error,
+    /// An expected failure (`--xfail`): failed or errored for the cause its entry expects.
+    #[serde(rename = "xfail")]
+    XFail,
+    /// An unexpected pass of a trial a non-strict `--xfail` entry expects to fail (a strict
+    /// entry's unexpected pass is a `fail`).
+    #[serde(rename = "xpass")]
+    XPass,
 }
 
 impl Status {
-    pub const ALL: [Status; 4] = [Status::Pass, Status::Fail, Status::Skip, Status::Error];
+    pub const ALL: [Status; 6] = [
+        Status::Pass,
+        Status::Fail,
+        Status::Skip,
+        Status::Error,
+        Status::XFail,
+        Status::XPass,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -24,6 +38,8 @@ impl Status {
             Status::Fail => "fail",
             Status::Skip => "skip",
             Status::Error => "error",
+            Status::XFail => "xfail",
+            Status::XPass => "xpass",
         }
     }
 
@@ -46,7 +62,9 @@ impl FromStr for Status {
         Status::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown status {s:?} (expected pass, fail, skip or error)"))
+            .ok_or_else(|| {
+                format!("unknown status {s:?} (expected pass, fail, skip, error, xfail or xpass)")
+            })
     }
 }
 

@@ -16,6 +16,12 @@ pub struct StatusCounts {
     pub fail: usize,
     pub skip: usize,
     pub error: usize,
+    /// Expected failures (`--xfail`); absent in reports written before they existed.
+    #[serde(default)]
+    pub xfail: usize,
+    /// Unexpected passes under non-strict `--xfail` entries.
+    #[serde(default)]
+    pub xpass: usize,
 }
 
 impl StatusCounts {
@@ -29,6 +35,8 @@ impl StatusCounts {
             Status::Fail => self.fail,
             Status::Skip => self.skip,
             Status::Error => self.error,
+            Status::XFail => self.xfail,
+            Status::XPass => self.xpass,
         }
     }
 
@@ -38,11 +46,13 @@ impl StatusCounts {
             Status::Fail => &mut self.fail,
             Status::Skip => &mut self.skip,
             Status::Error => &mut self.error,
+            Status::XFail => &mut self.xfail,
+            Status::XPass => &mut self.xpass,
         }
     }
 
     pub fn total(&self) -> usize {
-        self.pass + self.fail + self.skip + self.error
+        self.pass + self.fail + self.skip + self.error + self.xfail + self.xpass
     }
 }
 

@@ -91,6 +91,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 worker_timeout: std::time::Duration::from_secs(1),
                 worker_processes: None,
                 processes: 1,
+                triage: false,
+                xfail: None,
                 self_checks: Some(false),
             };
             let factory = RealFactory {

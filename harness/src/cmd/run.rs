@@ -115,6 +115,15 @@ pub struct Args {
     /// 4 GiB of its memory; without, this run's cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     pub worker_processes: Option<u64>,
+    /// Expected failures: a TOML file of [[xfail]] entries (filter, cause, reason, strict); a
+    /// trial an entry selects that fails for the expected cause is `xfail`, for another cause a
+    /// `fail`; passing, `xpass` (a `fail` when strict). Exit 0 when nothing but xfail failed.
+    #[arg(long, value_name = "FILE")]
+    pub xfail: Option<PathBuf>,
+    /// Do not run failing and erroring GPU trials again in the variants that tell their cause
+    /// (same inputs, finite unread slots, one split: at most three more runs per failure).
+    #[arg(long)]
+    pub no_triage: bool,
     /// Also run the reference self-checks (oracle, paging, layouts, chunking, merge, sampling)
     /// on a machine with a usable GPU, or in a run of workers alone (--paths none); otherwise
     /// they run without a GPU.
@@ -283,6 +292,8 @@ pub fn run_with(
         worker_timeout: crate::worker::timeout(args.worker_timeout_s).map_err(exit::usage)?,
         worker_processes: args.worker_processes.map(|n| n as usize),
         processes: args.processes,
+        triage: !args.no_triage,
+        xfail: args.xfail.clone(),
         self_checks: args.self_checks.then_some(true),
     };
     let report_out = out::resolve(args.out.as_deref(), args.resume).map_err(exit::usage)?;
@@ -503,6 +514,18 @@ pub fn run_with(
                 message: "the compile check panicked".into(),
             }]
         });
+    }
+    // An entry of --xfail that decided no trial is listed: the bug it names may be fixed, or
+    // its filter may have gone stale.
+    if let Some(x) = &session.xfail {
+        let unmatched = x.unmatched();
+        for line in &unmatched {
+            eprintln!("relattn run: {line}");
+        }
+        writer.environment_mut().extra.insert(
+            "xfail".into(),
+            serde_json::json!({ "file": x.source, "unmatched": unmatched }),
+        );
     }
     let split = crate::phases::split(run_started.elapsed().as_secs_f64());
     writer

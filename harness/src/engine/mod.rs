@@ -1,7 +1,7 @@
 //! The trial engine: every command that runs trials (`run`, `mutants`, the `cargo test`
 //! trials) hands them here and gets report rows back. It owns the threads (`schedule`), the
 //! cases and their references (`cases`), one trial's steps (`trial`), the one place a row is
-//! written (`row`), stopping on a signal (`cancel`), the tally a progress line reads, and the
+//! written (`row`), the triage of failing trials (`triage`), stopping on a signal (`cancel`), the tally a progress line reads, and the
 //! resume filter (trials a report already holds are not run). What a command does with the rows
 //! (a report's lifecycle, a console table, a test verdict) stays with the command.
 
@@ -10,11 +10,13 @@ mod cases;
 pub mod compile_key;
 mod row;
 mod schedule;
+mod triage;
 mod trial;
 
 pub use cancel::{on_signals, stopping};
 pub use cases::{CaseData, CaseStore};
 pub use row::{failure_text, kv_bytes, output_hash, reproduce_command};
+pub use triage::{meaning as cause_meaning, CAUSE_WORDS};
 pub use trial::{run_trial, start_trial, Ran, Runners, Step};
 
 use crate::progress::Tally;

@@ -163,21 +163,21 @@ pub(super) fn record_run(
     case: &Case,
     data: &CaseData,
     target: &Target,
-    result: Result<RunOutput, RunError>,
+    result: &Result<RunOutput, RunError>,
 ) {
     let run = match result {
         Ok(run) => run,
         Err(RunError::Unsupported(why)) | Err(RunError::NoGpu(why)) => {
             row.status = Status::Skip;
-            row.message = why;
+            row.message = why.clone();
             return;
         }
         Err(RunError::Fault(why)) => {
             row.status = Status::Fail;
-            row.message = why;
+            row.message = why.clone();
             return;
         }
-        Err(RunError::Other(why)) => return error(row, why),
+        Err(RunError::Other(why)) => return error(row, why.clone()),
     };
     let v = judge(
         &data.problem,

@@ -82,6 +82,13 @@ pub(super) fn run_all(
             // (a short queue: a run waiting for its judge holds its output).
             let (to_judge, judged) = mpsc::sync_channel::<(Trial, Step)>(2 * JUDGES_PER_DEVICE);
             let judged = Arc::new(Mutex::new(judged));
+            // A judge triages a failing native trial on the device slot its run took.
+            let judges = Runners {
+                native: Some((exec, 0)),
+                triage: session.triage,
+                xfail: session.xfail.as_ref(),
+                ..Runners::default()
+            };
             for _ in 0..JUDGES_PER_DEVICE * session.device_count() {
                 let (judged, tx, store, set) =
                     (judged.clone(), tx.clone(), store.clone(), set.clone());
@@ -90,7 +97,7 @@ pub(super) fn run_all(
                     let Ok((t, step)) = next else {
                         break;
                     };
-                    let _ = tx.send(step.finish(&t, &store, &Runners::default(), &set));
+                    let _ = tx.send(step.finish(&t, &store, &judges, &set));
                 });
             }
             let mut devices = Vec::new();

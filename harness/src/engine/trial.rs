@@ -3,6 +3,7 @@
 
 use super::cases::{CaseData, CaseStore};
 use super::row;
+use super::triage;
 use crate::case_set::CaseSet;
 use crate::phases::{self, Phase};
 use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
@@ -22,6 +23,11 @@ pub struct Runners<'a> {
     pub keep: Option<&'a std::path::Path>,
     /// The process of each worker's pool this thread runs its trials on.
     pub worker_slot: usize,
+    /// Run failing and erroring GPU trials again in variants that tell causes apart
+    /// (`triage.rs`).
+    pub triage: bool,
+    /// Expected failures (`--xfail`), applied to every row once it is judged and triaged.
+    pub xfail: Option<&'a crate::xfail::XFails>,
 }
 
 impl<'a> Runners<'a> {
@@ -32,6 +38,8 @@ impl<'a> Runners<'a> {
             workers: &[],
             keep: None,
             worker_slot: 0,
+            triage: false,
+            xfail: None,
         }
     }
 
@@ -67,6 +75,8 @@ pub struct Ran {
     started: Instant,
     data: Arc<CaseData>,
     result: Result<RunOutput, RunError>,
+    /// The device slot or pool process the run took (triage runs there again).
+    slot: usize,
 }
 
 /// Start a trial: everything but the judging of a GPU run. A device thread hands the `Step` of
@@ -129,6 +139,7 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
                         started,
                         data,
                         result,
+                        slot,
                     }));
                 }
                 (Err(e), _) => row::error(&mut row, e),
@@ -165,17 +176,37 @@ impl Step {
                     started,
                     data,
                     result,
+                    slot,
                 } = *ran;
-                if let TrialKind::Gpu { case, target, .. } = &trial.kind {
-                    phases::time(Phase::Judge, || {
-                        row::record_run(&mut row, case, &data, target, result)
+                if let TrialKind::Gpu {
+                    case,
+                    target,
+                    split,
+                } = &trial.kind
+                {
+                    let first = phases::time(Phase::Judge, || {
+                        row::record_run(&mut row, case, &data, target, &result);
+                        triage::first_outcome(&result, &row)
                     });
+                    let runner = runners.for_target(target).map(|(r, _)| r);
+                    if let (true, true, Some(runner)) =
+                        (runners.triage, row.status.is_bad(), runner)
+                    {
+                        phases::time(Phase::Triage, || {
+                            triage::triage(
+                                &mut row, trial, case, &data, target, *split, runner, slot, first,
+                            )
+                        });
+                    }
                     drop(data);
                     store.release(case);
                 }
                 (row, started)
             }
         };
+        if let Some(x) = runners.xfail {
+            x.apply(trial, &mut row);
+        }
         row::finish_row(&mut row, started, trial, runners, set);
         row
     }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// The workers under `adapters/`: `--impl NAME` runs `adapters/NAME_worker.py` (a test holds
 /// this list to the folder's files).
-pub const IMPLS: [&str; 6] = ["numpy", "vllm", "triton", "fa4", "flex", "faulty"];
+pub const IMPLS: [&str; 7] = ["numpy", "vllm", "triton", "fa4", "flex", "faulty", "leaky"];
 
 /// The help of an `--impl` flag: `what`, then the shipped workers, from [`IMPLS`].
 pub fn impl_help(what: &str) -> String {

@@ -238,7 +238,12 @@ fn each_worker_fault_costs_exactly_its_trial() {
 fn a_worker_that_keeps_dying_is_given_up_after_three_deaths() {
     python_ready();
     let dir = tempfile::tempdir().unwrap();
-    let out = run_faulty(dir.path(), &[], &[("RELATTN_FAULTY_CRASH", "impl::")]);
+    // One process: the rule is per process of a pool (each is given up after its own three).
+    let out = run_faulty(
+        dir.path(),
+        &["--worker-processes", "1"],
+        &[("RELATTN_FAULTY_CRASH", "impl::")],
+    );
     no_panic(&out);
     assert_eq!(out.status.code(), Some(1));
     let rows = worker_rows(dir.path());

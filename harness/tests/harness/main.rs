@@ -28,6 +28,7 @@ mod cli_route;
 mod cli_run;
 mod cli_sanitize;
 mod cli_worker;
+mod cli_xfail;
 mod gpu_verdicts;
 mod readme_examples;
 mod vllm_releases;

@@ -78,6 +78,18 @@ pub struct StatusChange {
     pub message: String,
 }
 
+/// A trial failing (or erroring) in both reports for another cause (triage's `cause` column):
+/// it still fails, but something new broke in it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CauseChange {
+    pub arch: String,
+    pub trial: String,
+    pub path: String,
+    pub base_cause: String,
+    pub new_cause: String,
+    pub message: String,
+}
+
 /// A trial whose error grew past the factor, or crossed its bound.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ErrorGrowth {
@@ -105,6 +117,8 @@ pub struct DiffResult {
     pub compared: usize,
     /// Passed in base, fail or error in new.
     pub new_failures: Vec<StatusChange>,
+    /// Failing in both, for another cause in new (a trial triaged in both reports).
+    pub new_causes: Vec<CauseChange>,
     pub error_growth: Vec<ErrorGrowth>,
     /// Architectures whose new report is INCOMPLETE (an interrupted run, or a merge of shards
     /// that do not cover the shard set).
@@ -134,6 +148,7 @@ impl DiffResult {
     pub fn is_correctness_regression(&self) -> bool {
         let missing = !self.missing.is_empty() || !self.incomplete.is_empty();
         !self.new_failures.is_empty()
+            || !self.new_causes.is_empty()
             || !self.error_growth.is_empty()
             || (missing && !self.options.allow_missing)
             || (self.options.strict_coverage && !self.newly_skipped.is_empty())
@@ -194,6 +209,7 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
         options: *options,
         compared: 0,
         new_failures: Vec::new(),
+        new_causes: Vec::new(),
         error_growth: Vec::new(),
         incomplete: new
             .archs
@@ -220,6 +236,9 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
             (s, Status::Pass) if s.is_bad() => d.fixed.push(change(arch, b, n)),
             _ => {}
         }
+        if let Some(c) = cause_change(arch, b, n) {
+            d.new_causes.push(c);
+        }
         if b.status == Status::Skip || n.status == Status::Skip {
             continue;
         }
@@ -239,6 +258,25 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
         }
     }
     d
+}
+
+/// The cause of a trial that failed in both reports, when it changed (a row triaged in one
+/// report only has nothing to compare).
+fn cause_change(arch: &str, b: &Row, n: &Row) -> Option<CauseChange> {
+    if !(b.status.is_bad() || b.status == Status::XFail)
+        || !(n.status.is_bad() || n.status == Status::XFail)
+    {
+        return None;
+    }
+    let (bc, nc) = (b.params.get("cause")?, n.params.get("cause")?);
+    (bc != nc).then(|| CauseChange {
+        arch: arch.to_string(),
+        trial: n.trial.clone(),
+        path: n.path.clone(),
+        base_cause: bc.clone(),
+        new_cause: nc.clone(),
+        message: n.message.clone(),
+    })
 }
 
 fn judge_timing(d: &mut DiffResult, arch: &str, b: &Row, n: &Row) {

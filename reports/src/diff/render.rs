@@ -35,8 +35,8 @@ impl DiffResult {
     pub fn render(&self) -> String {
         let o = &self.options;
         let mut s = format!(
-            "{}: {} trials compared, {} new failures, {} error growths (> {}x, or over the \
-             bound), {} missing, {} added, {} newly skipped, {} fixed\n",
+            "{}: {} trials compared, {} new failures, {} new causes, {} error growths (> {}x, or \
+             over the bound), {} missing, {} added, {} newly skipped, {} fixed\n",
             if self.is_regression() {
                 "REGRESSION"
             } else {
@@ -44,6 +44,7 @@ impl DiffResult {
             },
             self.compared,
             self.new_failures.len(),
+            self.new_causes.len(),
             self.error_growth.len(),
             o.error_factor,
             self.missing.len(),
@@ -112,6 +113,21 @@ impl DiffResult {
                 first_line(&c.message)
             )
         });
+        section(
+            s,
+            "New causes (failing in both, for another cause)",
+            &self.new_causes,
+            |c| {
+                format!(
+                    "[{}] {} ({} -> {}): {}",
+                    c.arch,
+                    c.trial,
+                    c.base_cause,
+                    c.new_cause,
+                    first_line(&c.message)
+                )
+            },
+        );
         section(s, "Error growth", &self.error_growth, |g| {
             let ratio = g
                 .new_ratio

@@ -57,6 +57,8 @@ fn args(out: &std::path::Path) -> Args {
         resume: false,
         worker_timeout_s: crate::worker::DEFAULT_TIMEOUT_S,
         worker_processes: None,
+        no_triage: false,
+        xfail: None,
         self_checks: false,
         processes: 1,
         sanitize: None,

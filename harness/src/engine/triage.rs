@@ -1,0 +1,198 @@
+//! Triage of a failing or erroring GPU trial: the same case run again in variants that tell
+//! causes apart, each judged against the same references (none of them changes the operator's
+//! output), so that a trial that already fails for a known cause still shows a new one.
+//!
+//! The variants, in order, each run only while no cause is found (at most three more runs):
+//! 1. `again`: the same inputs once more: a pass means the result is not reproducible (`flaky`);
+//! 2. `finite_unread`: every value no real row reads (unused and pre-window pages, padding rows,
+//!    bias cells past the visible distances) finite instead of NaN: a pass means the trial fails
+//!    only through NaN read from memory it must not read (`nan_leak`, SPEC section 5, class 7);
+//! 3. `splits_1`: where the run split the KV sequence, one split (on the finite inputs when the
+//!    case had NaN): a pass means the split path or its combine is wrong (`split_combine`).
+//!
+//! Failing every variant, the cause is `wrong` for a wrong output, `fault` for a trap, fault or
+//! sanitizer report, `error` for a run that could not complete.
+
+use super::cases::CaseData;
+use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
+use crate::trial_list::Trial;
+use relattn_matrices::{Case, SplitSetting};
+use relattn_reference::judge::judge;
+use relattn_reference::transform::finite_unread;
+use relattn_reference::Problem;
+use relattn_reports::Row;
+
+/// Every cause triage names, with what it means: the words `--xfail` entries expect.
+pub const CAUSES: [(&str, &str); 6] = [
+    (
+        "nan_leak",
+        "passes with every unread slot finite: NaN leaks from memory no row may read (SPEC section 5, class 7)",
+    ),
+    (
+        "split_combine",
+        "passes with one split: the split-KV path or its combine is wrong",
+    ),
+    ("flaky", "passes when run again on the same inputs"),
+    (
+        "wrong",
+        "wrong in every variant triage ran: neither NaN from unread memory nor the split",
+    ),
+    (
+        "fault",
+        "a trap, a fault or a sanitizer report in every variant",
+    ),
+    ("error", "the run cannot complete in any variant"),
+];
+
+/// The causes' words, in `CAUSES` order.
+pub const CAUSE_WORDS: [&str; 6] = [
+    CAUSES[0].0,
+    CAUSES[1].0,
+    CAUSES[2].0,
+    CAUSES[3].0,
+    CAUSES[4].0,
+    CAUSES[5].0,
+];
+
+/// What a cause means (None for a word that is not a cause).
+pub fn meaning(cause: &str) -> Option<&'static str> {
+    CAUSES.iter().find(|(c, _)| *c == cause).map(|(_, m)| *m)
+}
+
+/// How the original run ended, as triage sorts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Wrong,
+    Fault,
+    Error,
+}
+
+/// Judge one run of `problem` against `data`'s references.
+fn outcome(
+    problem: &Problem,
+    case: &Case,
+    data: &CaseData,
+    result: &Result<RunOutput, RunError>,
+) -> Outcome {
+    match result {
+        Ok(run) => {
+            let v = judge(
+                problem,
+                &run.out,
+                data.ref64(),
+                data.ref_lp(),
+                &case.tolerance,
+                run.padding_intact,
+                run.counters_left,
+            );
+            let sanitized_errors = run.sanitizer.as_ref().is_some_and(|s| s.errors.is_some());
+            match (v.pass, sanitized_errors) {
+                (_, true) => Outcome::Fault,
+                (true, false) => Outcome::Pass,
+                (false, false) => Outcome::Wrong,
+            }
+        }
+        Err(RunError::Fault(_)) => Outcome::Fault,
+        Err(_) => Outcome::Error,
+    }
+}
+
+/// The original run's outcome (for a row already judged failing or erroring).
+pub fn first_outcome(result: &Result<RunOutput, RunError>, row: &Row) -> Outcome {
+    match result {
+        Err(RunError::Fault(_)) => Outcome::Fault,
+        Err(_) => Outcome::Error,
+        Ok(run) if run.sanitizer.as_ref().is_some_and(|s| s.errors.is_some()) => Outcome::Fault,
+        Ok(_) if row.status.is_bad() => Outcome::Wrong,
+        Ok(_) => Outcome::Pass,
+    }
+}
+
+fn word(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Pass => "pass",
+        Outcome::Wrong => "fail",
+        Outcome::Fault => "fault",
+        Outcome::Error => "error",
+    }
+}
+
+/// Triage `trial` (whose first run ended `first`) on `runner`'s `slot`, and write the cause and
+/// each variant's verdict into `row` (`cause` and `triage` columns, and the message).
+#[allow(clippy::too_many_arguments)]
+pub fn triage(
+    row: &mut Row,
+    trial: &Trial,
+    case: &Case,
+    data: &CaseData,
+    target: &Target,
+    split: SplitSetting,
+    runner: &dyn Runner,
+    slot: usize,
+    first: Outcome,
+) {
+    let run = |problem: &Problem, variant: &str, split: SplitSetting| {
+        // Another case id: runners keep a case's upload or file by its id.
+        let id = format!("{}+{variant}", case.id);
+        let req = RunRequest {
+            trial: &trial.name,
+            case_id: &id,
+            problem,
+            case_file: None,
+            target,
+            split,
+            timing: None,
+        };
+        let result = runner.run(slot, &req);
+        outcome(problem, case, data, &result)
+    };
+    let mut seen: Vec<(&str, Outcome)> = Vec::new();
+    let mut cause = None;
+    let again = run(&data.problem, "again", split);
+    seen.push(("again", again));
+    if again == Outcome::Pass {
+        cause = Some("flaky");
+    }
+    let finite = finite_unread(&data.problem);
+    if cause.is_none() {
+        if let Some(p) = &finite {
+            let o = run(p, "finite_unread", split);
+            seen.push(("finite_unread", o));
+            if o == Outcome::Pass {
+                cause = Some("nan_leak");
+            }
+        }
+    }
+    let used_splits = row
+        .params
+        .get("num_splits_run")
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1);
+    let split_run = split.forced().unwrap_or(used_splits) > 1;
+    if cause.is_none() && split_run {
+        let p = finite.as_ref().unwrap_or(&data.problem);
+        let o = run(p, "splits_1", SplitSetting::Forced(1));
+        seen.push(("splits_1", o));
+        if o == Outcome::Pass {
+            cause = Some("split_combine");
+        }
+    }
+    let cause = cause.unwrap_or(match first {
+        Outcome::Fault => "fault",
+        Outcome::Error => "error",
+        _ => "wrong",
+    });
+    let verdicts: Vec<String> = seen
+        .iter()
+        .map(|(v, o)| format!("{v} {}", word(*o)))
+        .collect();
+    row.params.insert("cause".into(), cause.to_string());
+    row.params.insert("triage".into(), verdicts.join(", "));
+    row.message = format!(
+        "{}; cause: {cause} ({}; triage: {})",
+        row.message,
+        meaning(cause).unwrap_or_default(),
+        verdicts.join(", ")
+    );
+}
