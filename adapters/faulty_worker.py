@@ -64,7 +64,8 @@ import time
 import numpy as np
 
 import relattn_worker
-from relattn_worker import NoAnswer, Worker, attention_numpy, cpu_timed, serve
+from relattn_worker import (NoAnswer, Worker, attention_numpy, cpu_timed, serve,
+                            unsupported_when_unavailable)
 
 MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG", "FIFO", "LINK",
          "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK",
@@ -145,6 +146,7 @@ class FaultyWorker(Worker):
     def trial_id(self):
         return str((self.request or {}).get("id", ""))
 
+    @unsupported_when_unavailable
     def run(self, case, path, num_splits, timing):
         started = time.time()
         slow_ms = int(os.environ.get("RELATTN_FAULTY_SLOW_MS") or 0)

@@ -1,5 +1,5 @@
 """relattn's routing model (SPEC 3 and 4.1), written again in Python for the workers' tests, and
-the 2,160 shapes of relattn's routing trials (harness/src/plan.rs)."""
+the 2,160 shapes of relattn's routing trials (harness/src/trial_list.rs)."""
 
 import itertools
 

@@ -255,9 +255,9 @@ impl Session {
                 _ => Vec::new(),
             };
             let pool = worker::Pool {
-                size: opts
-                    .worker_processes
-                    .unwrap_or_else(|| worker::default_pool_size(gpus.len(), opts.processes)),
+                size: opts.worker_processes.unwrap_or_else(|| {
+                    worker::default_pool_size(gpus.len(), opts.processes, opts.workers.len())
+                }),
                 devices: gpus,
             };
             worker::start_all(&opts.workers, opts.worker_timeout, &pool)

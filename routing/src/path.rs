@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// The only head dim the kernels are built for (the model's, SPEC 1); mirrors `HEAD_DIM` in
-/// common.cuh.
+/// kernels/cuda/constants.cuh.
 pub const HEAD_DIM: usize = 128;
 
 /// Most KV splits sheared_bias combines: the largest `max_split` of SPEC 4.1, so every count its

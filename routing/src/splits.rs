@@ -8,7 +8,7 @@ use crate::window::visible_len;
 use std::ops::Range;
 
 /// Key tile of the sheared bias buffer and of sheared_bias splits; mirrors `SHEAR_TILE` in
-/// common.cuh.
+/// kernels/cuda/constants.cuh.
 pub const SHEAR_TILE: usize = 128;
 
 /// Decode splits are a whole number of this many keys (SPEC 4.3).

@@ -188,12 +188,14 @@ fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     for (arch, a) in &merged.archs {
         let c = a.summary().counts;
         println!(
-            "{arch}: {} trials ({} pass, {} fail, {} skip, {} error){} -> {}",
+            "{arch}: {} trials ({} pass, {} fail, {} skip, {} error, {} xfail, {} xpass){} -> {}",
             c.total(),
             c.pass,
             c.fail,
             c.skip,
             c.error,
+            c.xfail,
+            c.xpass,
             if a.complete { "" } else { ", INCOMPLETE" },
             a.dir.display()
         );

@@ -130,6 +130,17 @@ impl UnitQueue {
         }
     }
 
+    /// The thread of process `slot` ends (its queue is empty, a stop, or a panic): every
+    /// configuration it took is open to the others, so none waits for it.
+    pub fn release(&self, slot: usize) {
+        for owner in self.lock().owners.values_mut() {
+            if owner.0 == slot {
+                owner.1 = true;
+            }
+        }
+        self.moved.notify_all();
+    }
+
     /// Process `slot` finished a unit of configuration `key`: others may now load it.
     pub fn finished(&self, key: &str) {
         if let Some(owner) = self.lock().owners.get_mut(key) {
@@ -142,6 +153,19 @@ impl UnitQueue {
 impl Unit {
     pub fn key(&self) -> &str {
         &self.key
+    }
+}
+
+/// Releases a process's configurations when its thread ends, also by a panic
+/// ([`UnitQueue::release`]).
+pub struct Releaser<'q> {
+    pub queue: &'q UnitQueue,
+    pub slot: usize,
+}
+
+impl Drop for Releaser<'_> {
+    fn drop(&mut self) {
+        self.queue.release(self.slot);
     }
 }
 
@@ -242,6 +266,37 @@ mod tests {
         }
         assert_eq!(taken, total);
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_process_that_ends_leaves_its_configurations_to_the_others() {
+        let cases = ci_cases();
+        let queue = UnitQueue::new(units(trials(&cases)));
+        let never = || false;
+        // Process 0 takes every configuration once and never finishes one (it panicked).
+        let mut keys = HashSet::new();
+        while let Some(u) = {
+            let st = queue.lock();
+            let fresh = st.units.iter().any(|u| !st.owners.contains_key(&u.key));
+            drop(st);
+            fresh.then(|| queue.next(0, &never)).flatten()
+        } {
+            keys.insert(u.key);
+        }
+        let left = queue.len();
+        // Process 1 would wait for them; released, it takes every unit left.
+        {
+            let _gone = Releaser {
+                queue: &queue,
+                slot: 0,
+            };
+        }
+        let mut taken = 0;
+        while queue.next(1, &never).is_some() {
+            taken += 1;
+        }
+        assert_eq!(taken, left);
+        assert!(!keys.is_empty());
     }
 
     #[test]

@@ -73,12 +73,34 @@ pub fn failure_text(row: &Row) -> String {
     )
 }
 
-/// The last touches of a row: wall time, and for a failure the command that reproduces it.
+/// A failing worker trial's case and output, copied into the report's `failures/` (when the
+/// run keeps them) while its runner still holds them from this trial's run: before triage
+/// runs the trial again.
+pub(super) fn keep_files(row: &Row, trial: &Trial, runners: &Runners<'_>) -> Option<Kept> {
+    if !row.status.is_bad() {
+        return None;
+    }
+    match (&trial.kind, runners.keep) {
+        (
+            TrialKind::Gpu {
+                target: t @ Target::Worker { .. },
+                ..
+            },
+            Some(dir),
+        ) => runners
+            .for_target(t)
+            .and_then(|(r, _)| r.keep(&trial.name, dir)),
+        _ => None,
+    }
+}
+
+/// The last touches of a row: wall time, and for a failure (an expected one too) the command
+/// that reproduces it, with the files `keep_files` kept.
 pub(super) fn finish_row(
     row: &mut Row,
     started: Instant,
     trial: &Trial,
-    runners: &Runners<'_>,
+    kept: Option<Kept>,
     set: &CaseSet,
 ) {
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -86,15 +108,9 @@ pub(super) fn finish_row(
     if row.ms.is_none() && !matches!(trial.kind, TrialKind::Gpu { .. }) {
         row.ms = Some(wall_ms);
     }
-    if row.status.is_bad() {
+    if row.status.is_bad() || row.status == Status::XFail {
         let target = match &trial.kind {
             TrialKind::Gpu { target, .. } => Some(target),
-            _ => None,
-        };
-        let kept = match (target, runners.keep) {
-            (Some(t @ Target::Worker { .. }), Some(dir)) => runners
-                .for_target(t)
-                .and_then(|(r, _)| r.keep(&trial.name, dir)),
             _ => None,
         };
         let exec = match (&kept, target, &trial.kind) {
@@ -157,6 +173,25 @@ pub(super) fn error(row: &mut Row, message: String) {
     row.message = message;
 }
 
+/// SPEC section 6's verdict on `run`, an output for `problem` (the case's inputs, or a variant
+/// of them with the same output), against the case's references.
+pub(super) fn verdict(
+    problem: &Problem,
+    case: &Case,
+    data: &CaseData,
+    run: &RunOutput,
+) -> relattn_reference::judge::Verdict {
+    judge(
+        problem,
+        &run.out,
+        data.ref64(),
+        data.ref_lp(),
+        &case.tolerance,
+        run.padding_intact,
+        run.counters_left,
+    )
+}
+
 /// A run's result into the row: judged by SPEC section 6 when there is an output.
 pub(super) fn record_run(
     row: &mut Row,
@@ -179,15 +214,7 @@ pub(super) fn record_run(
         }
         Err(RunError::Other(why)) => return error(row, why.clone()),
     };
-    let v = judge(
-        &data.problem,
-        &run.out,
-        data.ref64(),
-        data.ref_lp(),
-        &case.tolerance,
-        run.padding_intact,
-        run.counters_left,
-    );
+    let v = verdict(&data.problem, case, data, run);
     row.status = if v.pass { Status::Pass } else { Status::Fail };
     row.max_abs = Some(v.max_abs);
     row.mean_abs = Some(v.mean_abs);

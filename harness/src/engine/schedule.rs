@@ -149,6 +149,10 @@ pub(super) fn run_all(
                     ..session.runners(0)
                 };
                 scope.spawn(move || {
+                    let _release = super::compile_key::Releaser {
+                        queue: &queue,
+                        slot,
+                    };
                     while let Some(unit) = queue.next(slot, stopping) {
                         for t in &unit.trials {
                             if stopping() {
@@ -172,7 +176,11 @@ pub(super) fn run_all(
                 let Some(t) = next.filter(|_| !stopping()) else {
                     break;
                 };
-                let _ = tx.send(run_trial(&t, &store, &Runners::default(), &set));
+                let runners = Runners {
+                    xfail: session.xfail.as_ref(),
+                    ..Runners::default()
+                };
+                let _ = tx.send(run_trial(&t, &store, &runners, &set));
             });
         }
         drop(tx);

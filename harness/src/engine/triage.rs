@@ -1,8 +1,12 @@
-//! Triage of a failing or erroring GPU trial: the same case run again in variants that tell
-//! causes apart, each judged against the same references (none of them changes the operator's
-//! output), so that a trial that already fails for a known cause still shows a new one.
+//! Triage of a failing or erroring GPU trial: its cause, from variants of the same case run again
+//! and judged against the same references (none of them changes the operator's output), so that
+//! a trial that already fails for a known cause still shows a new one.
 //!
-//! The variants, in order, each run only while no cause is found (at most three more runs):
+//! A run that could not complete is `error` and one that trapped, faulted or drew a sanitizer
+//! report is `fault`, without running again: a rerun would cost a worker process (three deaths
+//! in a row end it) or the device's context, and no variant below tells their causes apart.
+//! A wrong output is run again in these variants, in order, each only while no cause is found
+//! (at most three more runs):
 //! 1. `again`: the same inputs once more: a pass means the result is not reproducible (`flaky`);
 //! 2. `finite_unread`: every value no real row reads (unused and pre-window pages, padding rows,
 //!    bias cells past the visible distances) finite instead of NaN: a pass means the trial fails
@@ -10,14 +14,12 @@
 //! 3. `splits_1`: where the run split the KV sequence, one split (on the finite inputs when the
 //!    case had NaN): a pass means the split path or its combine is wrong (`split_combine`).
 //!
-//! Failing every variant, the cause is `wrong` for a wrong output, `fault` for a trap, fault or
-//! sanitizer report, `error` for a run that could not complete.
+//! Failing every variant it ran, the cause is `wrong`.
 
 use super::cases::CaseData;
 use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
 use crate::trial_list::Trial;
 use relattn_matrices::{Case, SplitSetting};
-use relattn_reference::judge::judge;
 use relattn_reference::transform::finite_unread;
 use relattn_reference::Problem;
 use relattn_reports::Row;
@@ -39,9 +41,9 @@ pub const CAUSES: [(&str, &str); 6] = [
     ),
     (
         "fault",
-        "a trap, a fault or a sanitizer report in every variant",
+        "a trap, a fault or a sanitizer report (not run again)",
     ),
-    ("error", "the run cannot complete in any variant"),
+    ("error", "the run could not complete (not run again)"),
 ];
 
 /// The causes' words, in `CAUSES` order.
@@ -77,15 +79,7 @@ fn outcome(
 ) -> Outcome {
     match result {
         Ok(run) => {
-            let v = judge(
-                problem,
-                &run.out,
-                data.ref64(),
-                data.ref_lp(),
-                &case.tolerance,
-                run.padding_intact,
-                run.counters_left,
-            );
+            let v = super::row::verdict(problem, case, data, run);
             let sanitized_errors = run.sanitizer.as_ref().is_some_and(|s| s.errors.is_some());
             match (v.pass, sanitized_errors) {
                 (_, true) => Outcome::Fault,
@@ -132,6 +126,21 @@ pub fn triage(
     slot: usize,
     first: Outcome,
 ) {
+    let not_rerun = match first {
+        Outcome::Fault => Some("fault"),
+        Outcome::Error => Some("error"),
+        Outcome::Pass | Outcome::Wrong => None,
+    };
+    if let Some(cause) = not_rerun {
+        row.params.insert("cause".into(), cause.to_string());
+        row.params.insert("triage".into(), "not run again".into());
+        row.message = format!(
+            "{}; cause: {cause} ({})",
+            row.message,
+            meaning(cause).unwrap_or_default()
+        );
+        return;
+    }
     let run = |problem: &Problem, variant: &str, split: SplitSetting| {
         // Another case id: runners keep a case's upload or file by its id.
         let id = format!("{}+{variant}", case.id);
@@ -178,11 +187,7 @@ pub fn triage(
             cause = Some("split_combine");
         }
     }
-    let cause = cause.unwrap_or(match first {
-        Outcome::Fault => "fault",
-        Outcome::Error => "error",
-        _ => "wrong",
-    });
+    let cause = cause.unwrap_or("wrong");
     let verdicts: Vec<String> = seen
         .iter()
         .map(|(v, o)| format!("{v} {}", word(*o)))

@@ -164,12 +164,15 @@ impl Step {
         runners: &Runners<'_>,
         set: &CaseSet,
     ) -> Row {
-        let (mut row, started) = match self {
+        let (mut row, started, kept) = match self {
             Step::Done { row, started: None } => return *row,
             Step::Done {
                 row,
                 started: Some(started),
-            } => (*row, started),
+            } => {
+                let kept = row::keep_files(&row, trial, runners);
+                (*row, started, kept)
+            }
             Step::Ran(ran) => {
                 let Ran {
                     mut row,
@@ -188,10 +191,11 @@ impl Step {
                         row::record_run(&mut row, case, &data, target, &result);
                         triage::first_outcome(&result, &row)
                     });
+                    // The failing run's files, before triage runs the trial again.
+                    let kept = row::keep_files(&row, trial, runners);
                     let runner = runners.for_target(target).map(|(r, _)| r);
-                    if let (true, true, Some(runner)) =
-                        (runners.triage, row.status.is_bad(), runner)
-                    {
+                    let triage = runners.triage && row.status.is_bad() && !super::stopping();
+                    if let (true, Some(runner)) = (triage, runner) {
                         phases::time(Phase::Triage, || {
                             triage::triage(
                                 &mut row, trial, case, &data, target, *split, runner, slot, first,
@@ -200,14 +204,16 @@ impl Step {
                     }
                     drop(data);
                     store.release(case);
+                    (row, started, kept)
+                } else {
+                    (row, started, None)
                 }
-                (row, started)
             }
         };
         if let Some(x) = runners.xfail {
             x.apply(trial, &mut row);
         }
-        row::finish_row(&mut row, started, trial, runners, set);
+        row::finish_row(&mut row, started, trial, kept, set);
         row
     }
 }

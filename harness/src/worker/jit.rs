@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// The shipped workers that compile kernels at run time.
 pub const COMPILING: [&str; 4] = ["vllm", "triton", "fa4", "flex"];
@@ -23,30 +24,65 @@ const KERNEL_SOURCES: [&str; 3] = [
     "vllm/third_party/tml_fa4",
 ];
 
-static COMPILED: AtomicU64 = AtomicU64::new(0);
 static MICROS: AtomicU64 = AtomicU64::new(0);
 
-/// Count a run answer's `jit` (`{"compiled":N,"seconds":S}`; absent or malformed: nothing).
+/// The JIT cache folders of this process's workers, with the kernels each held when first seen.
+static WATCHED: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+
+/// Count a run answer's `jit` (`{"compiled":N,"seconds":S}`; absent or malformed: nothing): the
+/// seconds of a run during which kernels appeared in the caches. The kernels themselves are
+/// counted here, in the cache folders: processes of a pool share them, so each would also count
+/// the others' kernels.
 pub fn record(answer: &serde_json::Value) {
-    let Some(jit) = answer.get("jit") else {
-        return;
+    let seconds = answer
+        .get("jit")
+        .and_then(|j| j.get("seconds"))
+        .and_then(serde_json::Value::as_f64);
+    if let Some(s) = seconds.filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s)) {
+        MICROS.fetch_add((s * 1e6) as u64, Ordering::Relaxed);
+    }
+}
+
+/// A compiled kernel in a JIT cache: a Triton kernel's cubin, a CuTe DSL kernel exported by
+/// FA4's persistent cache (one object file each).
+fn kernels_in(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
     };
-    let compiled = jit.get("compiled").and_then(serde_json::Value::as_u64);
-    let seconds = jit.get("seconds").and_then(serde_json::Value::as_f64);
-    if let (Some(n), Some(s)) = (compiled, seconds) {
-        if n <= 1 << 20 && s.is_finite() && (0.0..=86_400.0).contains(&s) {
-            COMPILED.fetch_add(n, Ordering::Relaxed);
-            MICROS.fetch_add((s * 1e6) as u64, Ordering::Relaxed);
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => kernels_in(&path),
+                Ok(m) if m.is_file() => {
+                    u64::from(path.extension().is_some_and(|x| x == "cubin" || x == "o"))
+                }
+                _ => 0,
+            }
+        })
+        .sum()
+}
+
+/// Count the kernels compiled into `dirs` from now on.
+pub fn watch(dirs: &[PathBuf]) {
+    let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    for dir in dirs {
+        if !watched.iter().any(|(d, _)| d == dir) {
+            watched.push((dir.clone(), kernels_in(dir)));
         }
     }
 }
 
-/// Kernels the workers compiled in this process's runs, and the seconds those runs took.
+/// Kernels the workers compiled into the watched caches so far, and the seconds of the runs
+/// that compiled them (summed over the processes of a pool, which compile side by side).
 pub fn totals() -> (u64, f64) {
-    (
-        COMPILED.load(Ordering::Relaxed),
-        MICROS.load(Ordering::Relaxed) as f64 * 1e-6,
-    )
+    let watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let compiled = watched
+        .iter()
+        .map(|(dir, before)| kernels_in(dir).saturating_sub(*before))
+        .sum();
+    (compiled, MICROS.load(Ordering::Relaxed) as f64 * 1e-6)
 }
 
 /// What `python` says of itself and its packages: the interpreter's tag, the versions of the
@@ -169,14 +205,22 @@ mod tests {
     }
 
     #[test]
-    fn answers_add_up_and_malformed_ones_count_nothing() {
+    fn kernels_are_counted_in_the_caches_and_seconds_from_the_answers() {
+        let cache = tempfile::tempdir().unwrap();
+        let triton = cache.path().join("triton");
+        std::fs::create_dir_all(triton.join("k0")).unwrap();
+        std::fs::write(triton.join("k0/old.cubin"), "").unwrap();
+        watch(std::slice::from_ref(&triton));
         let (n0, s0) = totals();
-        record(&serde_json::json!({"jit": {"compiled": 3, "seconds": 1.5}}));
-        record(&serde_json::json!({"jit": {"compiled": -1, "seconds": 1.0}}));
-        record(&serde_json::json!({"jit": {"compiled": 2, "seconds": f64::MAX}}));
+        for (dir, file) in [("k1", "a.cubin"), ("k1", "a.json"), ("k2", "b.o")] {
+            std::fs::create_dir_all(triton.join(dir)).unwrap();
+            std::fs::write(triton.join(dir).join(file), "").unwrap();
+        }
+        record(&serde_json::json!({"jit": {"compiled": 9, "seconds": 1.5}}));
+        record(&serde_json::json!({"jit": {"seconds": f64::MAX}}));
         record(&serde_json::json!({"ok": true}));
         let (n1, s1) = totals();
-        assert_eq!(n1 - n0, 3);
+        assert_eq!(n1 - n0, 2, "the two new kernels, not the answer's count");
         assert!((s1 - s0 - 1.5).abs() < 1e-6);
     }
 

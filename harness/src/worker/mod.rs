@@ -118,7 +118,16 @@ impl WorkerSpec {
         }
         if jit::COMPILING.contains(&name.as_str()) {
             if let Some(dir) = jit::cache_dir(name, python, vllm_root.as_deref()) {
-                env.extend(jit::cache_env(&dir));
+                let cache = jit::cache_env(&dir);
+                if let Some((_, dirs)) = cache.iter().find(|(k, _)| k == "RELATTN_JIT_DIRS") {
+                    let dirs: Vec<std::path::PathBuf> = dirs
+                        .split(':')
+                        .filter(|d| !d.is_empty())
+                        .map(Into::into)
+                        .collect();
+                    jit::watch(&dirs);
+                }
+                env.extend(cache);
             }
         }
         env
@@ -177,18 +186,20 @@ pub const MAX_POOL: usize = 64;
 /// the default pool keeps this much of the run's memory share per process.
 pub const POOL_PROCESS_BYTES: u64 = 4 << 30;
 
-/// The default processes per worker for a run that is one of `processes` side by side, on a
-/// machine with `gpus` GPUs. With GPUs: enough to keep each GPU busy while others compile
-/// (half the run's share of the cores, at most 8 per GPU), and at most one per
-/// [`POOL_PROCESS_BYTES`] of its share of the memory, so runs side by side never exhaust the
-/// machine's memory; without a GPU: the run's share of the cores.
-pub fn default_pool_size(gpus: usize, processes: usize) -> usize {
+/// The default processes per worker for a run of `workers` workers that is one of `processes`
+/// runs side by side, on a machine with `gpus` GPUs. With GPUs: enough to keep each GPU busy
+/// while others compile (half the run's share of the cores, at most 8 per GPU), and, over all
+/// the run's workers, at most one per [`POOL_PROCESS_BYTES`] of its share of the memory, so
+/// runs side by side never exhaust the machine's memory; without a GPU: the run's share of the
+/// cores.
+pub fn default_pool_size(gpus: usize, processes: usize, workers: usize) -> usize {
     let cores = rayon::current_num_threads().max(1);
     if gpus == 0 {
         return cores.min(MAX_POOL);
     }
     let (memory, _) = relattn_reference::limits::memory_bytes();
-    let by_memory = (memory / processes.max(1) as u64 / POOL_PROCESS_BYTES) as usize;
+    let share = memory / processes.max(1) as u64 / workers.max(1) as u64;
+    let by_memory = (share / POOL_PROCESS_BYTES) as usize;
     (cores / 2).min(8 * gpus).min(by_memory).clamp(1, MAX_POOL)
 }
 
@@ -272,7 +283,7 @@ mod tests {
         assert_eq!(impls, shipped);
         assert_eq!(
             impl_help("Run"),
-            "Run: numpy, vllm, triton, fa4, flex, faulty (adapters/NAME_worker.py)"
+            "Run: numpy, vllm, triton, fa4, flex, faulty, leaky (adapters/NAME_worker.py)"
         );
     }
 

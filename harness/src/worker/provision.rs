@@ -151,36 +151,54 @@ fn find_or_install_numpy(python: &str) -> Option<PathBuf> {
         "relattn: {python} has no numpy, which the shipped workers need: installing it once with \
          pip into {dir_s}"
     );
-    // pip writes beside the folder and the folder is renamed into place, so runs that install
-    // at the same time never see half a package.
+    let installed = pip_install_into(python, "numpy", &dir);
+    match installed.and_then(|()| {
+        python_says(python, IMPORT, Some(&dir_s)).ok_or_else(|| "it does not import".into())
+    }) {
+        Ok(_) => Some(dir),
+        Err(why) => {
+            eprintln!(
+                "relattn: numpy could not be installed into {dir_s} ({why}); install it with \
+                 `{python} -m pip install numpy`"
+            );
+            None
+        }
+    }
+}
+
+/// Install `package` with `python`'s pip into `dir`, which appears whole or not at all: pip
+/// writes a folder beside it that is then renamed into place, so processes installing at the
+/// same time never see half a package (either's copy will do). Err: why pip failed.
+pub fn pip_install_into(python: &str, package: &str, dir: &Path) -> Result<(), String> {
     let staging = dir.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
-    let installed = std::fs::create_dir_all(dir.parent()?).is_ok()
-        && Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .env("PIP_ROOT_USER_ACTION", "ignore")
-            .arg("--target")
-            .arg(&staging)
-            .arg("numpy")
-            .status()
-            .is_ok_and(|s| s.success());
-    if installed && std::fs::rename(&staging, &dir).is_err() {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    let out = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .arg("--target")
+        .arg(&staging)
+        .arg(package)
+        .output()
+        .map_err(|e| format!("{python} -m pip cannot be started: {e}"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(format!(
+            "`pip install --target {} {package}` failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    if std::fs::rename(&staging, dir).is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    if python_says(python, IMPORT, Some(&dir_s)).is_some() {
-        Some(dir)
-    } else {
-        let _ = std::fs::remove_dir_all(&staging);
-        eprintln!(
-            "relattn: numpy could not be installed into {dir_s} (no network?); install it with \
-             `{python} -m pip install numpy`"
-        );
-        None
-    }
+    Ok(())
 }

@@ -452,8 +452,12 @@ impl Runner for WorkerRunner {
     }
 
     fn keep(&self, trial: &str, dir: &Path) -> Option<Kept> {
+        // The process that ran `trial` is idle (its thread asks); one busy with another trial
+        // is not waited for.
         let (_, case, out) = self.members.iter().find_map(|m| {
-            m.lock()
+            m.state
+                .try_lock()
+                .ok()?
                 .last
                 .clone()
                 .filter(|(id, _, _)| id.as_str() == trial)

@@ -16,40 +16,6 @@ fn imports(module: &str, path: &str) -> Result<bool, String> {
         .map_err(|e| format!("python3 cannot be started: {e}"))
 }
 
-/// Install `package` into `dir`: pip writes a folder beside it first and renames it into place,
-/// so test binaries that install at the same time (nextest runs tests in processes of their
-/// own) never see half a package.
-fn install(package: &str, dir: &Path) -> Result<(), String> {
-    let staging = dir.with_extension(format!("partial-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let out = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .arg("--target")
-        .arg(&staging)
-        .arg(package)
-        .output()
-        .map_err(|e| format!("python3 -m pip cannot be started: {e}"))?;
-    if !out.status.success() {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(format!(
-            "python3 has no {package} and `pip install --target {} {package}` failed: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    // Another process may have put its copy in place first: either copy will do.
-    if std::fs::rename(&staging, dir).is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    Ok(())
-}
-
 /// Each module asked for, and where python3 finds it (or why it cannot).
 type Found = Vec<(String, Result<String, String>)>;
 
@@ -72,8 +38,8 @@ pub fn package_path(module: &str, package: &str) -> Result<String, String> {
             .join(package);
         let dir_s = dir.to_string_lossy().into_owned();
         if !imports(module, &dir_s)? {
-            std::fs::create_dir_all(dir.parent().unwrap()).map_err(|e| e.to_string())?;
-            install(package, &dir)?;
+            relattn_harness::worker::provision::pip_install_into("python3", package, &dir)
+                .map_err(|e| format!("python3 has no {package}: {e}"))?;
         }
         if imports(module, &dir_s)? {
             Ok(dir_s)

@@ -230,19 +230,27 @@ pub fn diff(base: &Report, new: &Report, options: &DiffOptions) -> DiffResult {
             continue;
         };
         d.compared += 1;
+        // An unexpected pass is a pass, and an expected failure a failure (a known one still
+        // fails the trial that passed in BASE).
+        let passed = |s: Status| matches!(s, Status::Pass | Status::XPass);
+        let failed = |s: Status| s.is_bad() || s == Status::XFail;
         match (b.status, n.status) {
-            (Status::Pass, s) if s.is_bad() => d.new_failures.push(change(arch, b, n)),
-            (Status::Pass, Status::Skip) => d.newly_skipped.push(change(arch, b, n)),
-            (s, Status::Pass) if s.is_bad() => d.fixed.push(change(arch, b, n)),
+            (bs, ns) if passed(bs) && failed(ns) => d.new_failures.push(change(arch, b, n)),
+            (bs, Status::Skip) if passed(bs) => d.newly_skipped.push(change(arch, b, n)),
+            (bs, ns) if failed(bs) && passed(ns) => d.fixed.push(change(arch, b, n)),
             _ => {}
         }
         if let Some(c) = cause_change(arch, b, n) {
             d.new_causes.push(c);
         }
-        if b.status == Status::Skip || n.status == Status::Skip {
+        // A skipped trial has no error; an expected failure's error is expected to be large.
+        if [b.status, n.status]
+            .iter()
+            .any(|s| matches!(s, Status::Skip | Status::XFail))
+        {
             continue;
         }
-        let new_failure = b.status == Status::Pass && n.status.is_bad();
+        let new_failure = passed(b.status) && failed(n.status);
         if !new_failure {
             if let Some(g) = error_growth(arch, b, n, options) {
                 d.error_growth.push(g);
