@@ -4,10 +4,10 @@
 //! depend on the pool's size.
 
 use crate::common::{text, worker_rows};
-use crate::python::{numpy_path, repo};
+use crate::python::{relattn_with_numpy, repo};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn faulty() -> String {
     format!(
@@ -24,18 +24,23 @@ fn pool_run(
     env: &[(&str, &str)],
 ) -> (Output, std::path::PathBuf) {
     let out = dir.join(name);
-    let worker = faulty();
-    let n = n.to_string();
-    let o = Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args([
-            "run", "--matrix", "smoke", "--paths", "none", "--worker", &worker,
-        ])
-        .args(["--worker-processes", &n, "--out", out.to_str().unwrap()])
-        .env("PYTHONPATH", numpy_path())
-        .env("RUST_BACKTRACE", "1")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let (worker, n) = (faulty(), n.to_string());
+    let o = relattn_with_numpy(
+        &[
+            "run",
+            "--matrix",
+            "smoke",
+            "--paths",
+            "none",
+            "--worker",
+            &worker,
+            "--worker-processes",
+            &n,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        env,
+    );
     assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
     (o, out)
 }

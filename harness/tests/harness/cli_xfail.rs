@@ -4,7 +4,7 @@
 //! key short) turns the run red, and `report diff` red, even though the same trials fail.
 
 use crate::common::{text, worker_rows};
-use crate::python::numpy_path;
+use crate::python::relattn_with_numpy;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -17,17 +17,12 @@ reason = "the leaky worker multiplies zero weights by NaN from pre-window pages 
 
 fn leaky(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, PathBuf) {
     let out = dir.join(name);
-    let o = Command::new(env!("CARGO_BIN_EXE_relattn"))
-        .args([
-            "run", "--matrix", "smoke", "--paths", "none", "--impl", "leaky",
-        ])
-        .args(["--out", out.to_str().unwrap()])
-        .args(args)
-        .env("PYTHONPATH", numpy_path())
-        .env("RUST_BACKTRACE", "1")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let mut all = vec![
+        "run", "--matrix", "smoke", "--paths", "none", "--impl", "leaky",
+    ];
+    all.extend(["--out", out.to_str().unwrap()]);
+    all.extend(args);
+    let o = relattn_with_numpy(&all, env);
     assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
     (o, out)
 }
