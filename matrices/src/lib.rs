@@ -163,6 +163,10 @@ pub const REGRESSION_CLASSES: &[(&str, &str)] = &[
         "output written for seqused_k = 0 requests of a batch (vLLM 0.34.0's Hopper FA4)",
     ),
     (
+        "zero_len_shift",
+        "packed row t taken as request t past a zero-length request (vLLM 0.34.0's Triton split-KV decode never reads cu_seqlens_q)",
+    ),
+    (
         "empty_kv_batch",
         "output written for a batch whose every request has seqused_k = 0 (graph-replay padding)",
     ),

@@ -116,6 +116,11 @@ pub static MIXES: &[Mix] = &[
         build: empty_kv_requests,
     },
     Mix {
+        name: "zero_len_shift",
+        about: "decodes with a zero-length request of 500 keys between them: a kernel that takes packed row t as request t reads the wrong request's keys, finite and wrong",
+        build: zero_len_shift,
+    },
+    Mix {
         name: "empty_kv_batch",
         about: "a graph-replay batch of 8 requests, every one with seqused_k = 0: no real row, 8 padding rows",
         build: empty_kv_batch,
@@ -155,7 +160,8 @@ pub static MIXES: &[Mix] = &[
 
 /// Mixes that stand for one regression case each and that the `ci` tier does not run (its
 /// coverage test exempts them): their cases exist for the `regressions` tier's bug classes.
-pub const REGRESSION_ONLY_MIXES: &[&str] = &["empty_kv_requests", "empty_kv_batch"];
+pub const REGRESSION_ONLY_MIXES: &[&str] =
+    &["empty_kv_requests", "zero_len_shift", "empty_kv_batch"];
 
 /// The mix called `name`.
 pub fn mix(name: &str) -> Option<&'static Mix> {
@@ -292,6 +298,16 @@ fn empty_kv_requests(_: Layer) -> MixShape {
         padding_rows: 3,
         ..shape(&[(1, 700), (0, 0), (1, 3000), (1, 77), (0, 0), (0, 0)])
     }
+}
+
+/// Decodes with a zero-length request between them whose cache is not empty (`Lq = 0`,
+/// `Lk = 500`: a request with nothing new to compute): every row after it belongs to the next
+/// request. A decode kernel that takes packed row t as request t (never reading `cu_seqlens_q`)
+/// gives those rows the previous request's keys: finite, wrong values, no NaN, which tells that
+/// defect from one that leaves an empty split's partials unwritten (`empty_kv_requests` gives
+/// NaN either way).
+fn zero_len_shift(_: Layer) -> MixShape {
+    shape(&[(1, 700), (0, 500), (1, 3000), (1, 77)])
 }
 
 /// A batch with no real row at all: 8 requests of `seqused_k = 0` and the 8 padding rows of a
