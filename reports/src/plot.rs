@@ -209,10 +209,13 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// How a chart draws its series: lines, or points with the x tick labels given.
-pub(crate) enum Style<'a> {
+/// How an axis writes its tick labels.
+pub(crate) type TickLabel<'a> = &'a dyn Fn(&f64) -> String;
+
+/// How a chart draws its series: lines, or points.
+pub(crate) enum Style {
     Lines,
-    Points(&'a dyn Fn(&f64) -> String),
+    Points,
 }
 pub(crate) use Style::{Lines, Points};
 
@@ -226,7 +229,8 @@ pub(crate) fn chart<X, Y>(
     x_desc: &str,
     y_desc: &str,
     series: &Series,
-    style: Style<'_>,
+    style: Style,
+    labels: (TickLabel<'_>, TickLabel<'_>),
     extra: impl FnOnce(
         &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X::CoordDescType, Y::CoordDescType>>,
     ) -> Result<(), String>,
@@ -248,13 +252,14 @@ where
             .y_label_area_size(64)
             .build_cartesian_2d(x, y)
             .map_err(err)?;
-        let x_label: &dyn Fn(&f64) -> String = match &style {
-            Lines => &compact,
-            Points(label) => *label,
-        };
+        // Few light lines: on a log axis plotters draws one per key point, and near a decade's
+        // end they merge into a grey band.
         c.configure_mesh()
-            .x_label_formatter(x_label)
-            .y_label_formatter(&compact)
+            .x_label_formatter(labels.0)
+            .y_label_formatter(labels.1)
+            .x_max_light_lines(2)
+            .y_max_light_lines(2)
+            .light_line_style(BLACK.mix(0.06))
             .x_desc(x_desc)
             .y_desc(y_desc)
             .draw()
@@ -271,9 +276,15 @@ where
                 c.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                     .map_err(err)?
             };
-            drawn.label(name.as_str()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            // The legend shows the mark the series is drawn with.
+            let entry = drawn.label(name.as_str());
+            if matches!(style, Points) {
+                entry.legend(move |(x, y)| Circle::new((x + 9, y), 3, color.filled()));
+            } else {
+                entry.legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            }
         }
         extra(&mut c)?;
         c.configure_series_labels()
@@ -314,6 +325,7 @@ fn headroom(rows: &[Row]) -> Option<Result<String, String>> {
         "fraction of judged trials at or below",
         &series,
         Lines,
+        (&log_tick, &compact),
         |c| {
             if judged.bound_in_view() {
                 c.draw_series(LineSeries::new(
@@ -432,7 +444,8 @@ fn ratio_by(rows: &[Row], title: &str, param: &str) -> Option<Result<String, Str
         &x_desc,
         &y_desc,
         &series,
-        Points(&label),
+        Points,
+        (&label, &log_tick),
         |c| {
             if judged.bound_in_view() {
                 c.draw_series(LineSeries::new([(lo, 1.0), (hi, 1.0)], RED.stroke_width(1)))
@@ -450,6 +463,21 @@ fn power_of_two(k: f64) -> String {
         _ if v >= 1048576.0 => format!("{}M", v / 1048576.0),
         _ if v >= 1024.0 => format!("{}k", v / 1024.0),
         _ => format!("{v}"),
+    }
+}
+
+/// A tick label of a log axis: only 1, 2 and 5 times a power of ten are labelled (plotters puts
+/// a tick at every digit of a decade, and `8e-5`, `9e-5` and `1e-4` ran together).
+pub(crate) fn log_tick(v: &f64) -> String {
+    if !(v.is_finite() && *v > 0.0) {
+        return String::new();
+    }
+    let mantissa = v / 10f64.powf(v.log10().floor());
+    let near = |m: f64| (mantissa - m).abs() < 1e-6 * m || (mantissa - 10.0 * m).abs() < 1e-5 * m;
+    if near(1.0) || near(2.0) || near(5.0) {
+        compact(v)
+    } else {
+        String::new()
     }
 }
 
@@ -585,6 +613,31 @@ mod tests {
             headroom.contains("2 outside 1e-12 to 1e12 drawn at its ends"),
             "{headroom}"
         );
+    }
+
+    #[test]
+    fn a_log_axis_labels_only_one_two_and_five_per_decade() {
+        let labelled: Vec<String> = [
+            1e-5,
+            2e-5,
+            3e-5,
+            5e-5,
+            8e-5,
+            9e-5,
+            1e-4,
+            2e-4,
+            3.0000000000000004e-5,
+        ]
+        .iter()
+        .map(log_tick)
+        .collect();
+        assert_eq!(
+            labelled,
+            ["1e-5", "2e-5", "", "5e-5", "", "", "1e-4", "2e-4", ""]
+        );
+        assert_eq!(log_tick(&0.0), "");
+        assert_eq!(log_tick(&f64::NAN), "");
+        assert_eq!(log_tick(&20.0), "20");
     }
 
     #[test]

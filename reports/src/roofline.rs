@@ -1,7 +1,7 @@
 //! The roofline of a benchmark table: TFLOP/s against FLOP per byte, one series per path, each
 //! point labelled, under the measured compute and memory roofs (drawn with `plot`'s chart).
 
-use crate::plot::{chart, compact, err, log_range, Points, Series};
+use crate::plot::{chart, err, log_range, log_tick, Points, Series};
 use plotters::prelude::*;
 
 /// One measured point of a roofline.
@@ -61,7 +61,8 @@ pub fn roofline(
         "FLOP per byte (fewest bytes the work must move)",
         "TFLOP/s (at the median time)",
         &series,
-        Points(&compact),
+        Points,
+        (&log_tick, &log_tick),
         move |c| {
             if let Some((tflops, gbps)) = peaks {
                 // Straight on a log-log chart: the memory roof up to the ridge, then compute.
