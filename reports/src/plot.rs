@@ -209,6 +209,9 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// The radius of a series' mark in the legend (the points have 3).
+pub(crate) const LEGEND_MARK: i32 = 4;
+
 /// How an axis writes its tick labels.
 pub(crate) type TickLabel<'a> = &'a dyn Fn(&f64) -> String;
 
@@ -279,7 +282,8 @@ where
             // The legend shows the mark the series is drawn with.
             let entry = drawn.label(name.as_str());
             if matches!(style, Points) {
-                entry.legend(move |(x, y)| Circle::new((x + 9, y), 3, color.filled()));
+                // A size larger than the points': a reader of the SVG tells them apart.
+                entry.legend(move |(x, y)| Circle::new((x + 9, y), LEGEND_MARK, color.filled()));
             } else {
                 entry.legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))

@@ -270,11 +270,13 @@ fn the_roofline_has_a_series_per_path_the_roofs_and_a_label_per_point() {
     }
     assert_eq!(svg.matches("prefill\n</text>").count(), 2);
     assert_eq!(svg.matches("decode\n</text>").count(), 1);
-    assert_eq!(svg.matches("<circle").count(), 3);
+    // Three points, and the legend's mark of each of the three series.
+    assert_eq!(svg.matches("<circle").count(), 3 + 3);
+    assert_eq!(svg.matches("r=\"3\"").count(), 3);
     assert!(svg.contains("roofs: 800 TFLOP/s, 4000 GB/s"));
     // Without peaks: the points alone.
     let mut bare = fake();
     bare.peaks = None;
     let svg = roofline_svg(&bare).unwrap();
-    assert!(!svg.contains("roofs:") && svg.matches("<circle").count() == 3);
+    assert!(!svg.contains("roofs:") && svg.matches("<circle").count() == 3 + 3);
 }

@@ -197,10 +197,15 @@ fn plots_of_a_smoke_report_show_the_real_range_of_its_ratios() {
     // Each point of ratio_by_kv_len.svg, read back through its y axis' labels.
     let svg = fs::read_to_string(plots.join("ratio_by_kv_len.svg")).unwrap();
     let y = log_axis(&ticks(&svg, "end"));
-    let cys = svg.split("<circle ").skip(1).filter_map(|c| {
-        let start = c.find("cy=\"")? + 4;
-        c[start..].split('"').next()?.parse::<f64>().ok()
-    });
+    // The points (radius 3), not the legend's mark.
+    let cys = svg
+        .split("<circle ")
+        .skip(1)
+        .filter(|c| c.contains("r=\"3\""))
+        .filter_map(|c| {
+            let start = c.find("cy=\"")? + 4;
+            c[start..].split('"').next()?.parse::<f64>().ok()
+        });
     let drawn: Vec<f64> = cys.map(&y).collect();
     assert_eq!(drawn.len(), rows.len());
     let (dlo, dhi) = span(drawn.iter().copied());
