@@ -504,6 +504,7 @@ impl Runner for WorkerRunner {
             "device": self.hello.device,
             "capability": self.hello.capability,
             "paths": self.hello.paths,
+            "processes": self.members.len(),
         });
         match env.extra.get_mut("workers") {
             Some(serde_json::Value::Array(a)) => a.push(entry),

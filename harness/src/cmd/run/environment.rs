@@ -52,8 +52,8 @@ pub(super) fn environment(session: &Session, args: &Args) -> Environment {
 pub(super) const IDENTITY_KEY: &str = "run_identity";
 
 /// What `--resume` compares: the matrix or case folder (with its split settings and
-/// `--keep-going`), shard, case filter, paths, bounds checks, devices, workers, self-checks and
-/// relattn's build.
+/// `--keep-going`), shard, case filter, paths, bounds checks, devices, workers, self-checks,
+/// sanitizer, expected failures, triage and relattn's build.
 pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
     serde_json::json!({
         "matrix": session.set.name(),
@@ -72,6 +72,9 @@ pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value 
         "workers": args.workers,
         "self_checks": args.self_checks,
         "sanitize": args.sanitize.map(|t| t.as_str()),
+        // Rows decided under another xfail file or without triage would not mix.
+        "xfail": args.xfail,
+        "no_triage": args.no_triage.then_some(true),
         "build": crate::provenance::relattn_build(),
     })
 }
