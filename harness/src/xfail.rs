@@ -71,7 +71,7 @@ impl XFails {
                 return Err(format!(
                     "{at}: cause {:?} is not one triage finds; the causes are {}",
                     e.cause,
-                    crate::engine::CAUSE_WORDS.join(", ")
+                    crate::engine::CAUSES.map(|(word, _)| word).join(", ")
                 ));
             }
             if e.reason.trim().is_empty() {

@@ -16,7 +16,7 @@ mod trial;
 pub use cancel::{on_signals, stopping};
 pub use cases::{CaseData, CaseStore};
 pub use row::{failure_text, kv_bytes, output_hash, reproduce_command};
-pub use triage::{meaning as cause_meaning, CAUSE_WORDS};
+pub use triage::{meaning as cause_meaning, CAUSES};
 pub use trial::{run_trial, start_trial, Ran, Runners, Step};
 
 use crate::progress::Tally;

@@ -46,16 +46,6 @@ pub const CAUSES: [(&str, &str); 6] = [
     ("error", "the run could not complete (not run again)"),
 ];
 
-/// The causes' words, in `CAUSES` order.
-pub const CAUSE_WORDS: [&str; 6] = [
-    CAUSES[0].0,
-    CAUSES[1].0,
-    CAUSES[2].0,
-    CAUSES[3].0,
-    CAUSES[4].0,
-    CAUSES[5].0,
-];
-
 /// What a cause means (None for a word that is not a cause).
 pub fn meaning(cause: &str) -> Option<&'static str> {
     CAUSES.iter().find(|(c, _)| *c == cause).map(|(_, m)| *m)

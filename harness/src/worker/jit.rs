@@ -10,7 +10,6 @@
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -102,11 +101,7 @@ print(list(s.submodule_search_locations)[0].rsplit("/", 1)[0] if s and s.submodu
 /// The cache folder of worker `name` started with `python`, its vLLM tree at `vllm_root` (None:
 /// `RELATTN_VLLM_ROOT`, else an installed vLLM, else none).
 pub fn cache_dir(name: &str, python: &str, vllm_root: Option<&Path>) -> Option<PathBuf> {
-    let out = Command::new(python).args(["-c", PROBE]).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let said = super::provision::python_says(python, PROBE, None)?;
     let installed = said.lines().last().map(str::trim).unwrap_or_default();
     let root = vllm_root
         .map(Path::to_path_buf)
@@ -155,7 +150,8 @@ fn hash_sources(root: &Path, dir: &Path, hash: &mut Sha256) {
 }
 
 /// The cache variables for a worker whose caches live in `dir` (those the user set stay), and
-/// `RELATTN_JIT_DIRS`, the folders where the worker counts the kernels it compiled.
+/// `RELATTN_JIT_DIRS`, the folders where the worker sees kernels appear; relattn counts the
+/// kernels compiled into those folders from now on ([`watch`]).
 pub fn cache_env(dir: &Path) -> Vec<(String, String)> {
     let at = |sub: &str| dir.join(sub).to_string_lossy().into_owned();
     let wanted = [
@@ -175,6 +171,7 @@ pub fn cache_env(dir: &Path) -> Vec<(String, String)> {
         env.push((key.to_string(), value));
     }
     env.push(("RELATTN_JIT_DIRS".to_string(), counted.join(":")));
+    watch(&counted.iter().map(PathBuf::from).collect::<Vec<_>>());
     env
 }
 

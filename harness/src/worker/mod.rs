@@ -118,16 +118,7 @@ impl WorkerSpec {
         }
         if jit::COMPILING.contains(&name.as_str()) {
             if let Some(dir) = jit::cache_dir(name, python, vllm_root.as_deref()) {
-                let cache = jit::cache_env(&dir);
-                if let Some((_, dirs)) = cache.iter().find(|(k, _)| k == "RELATTN_JIT_DIRS") {
-                    let dirs: Vec<std::path::PathBuf> = dirs
-                        .split(':')
-                        .filter(|d| !d.is_empty())
-                        .map(Into::into)
-                        .collect();
-                    jit::watch(&dirs);
-                }
-                env.extend(cache);
+                env.extend(jit::cache_env(&dir));
             }
         }
         env

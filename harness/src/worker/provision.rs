@@ -53,13 +53,8 @@ pub fn resolve(python: &str, adapters: &Path) -> VllmTree {
 }
 
 fn imports_vllm(python: &str) -> bool {
-    Command::new(python)
-        .args([
-            "-c",
-            "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 1)",
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    let code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 1)";
+    python_says(python, code, None).is_some()
 }
 
 /// A GPU run imports the op's kernels too (`--kernels`); routing needs only the op's files.
@@ -97,7 +92,9 @@ fn fetch(adapters: &Path, kernels: bool) -> VllmTree {
     }
 }
 
-fn python_says(python: &str, code: &str, pythonpath: Option<&str>) -> Option<String> {
+/// What `python -c code` prints (trimmed), with `pythonpath` as its `PYTHONPATH` when given;
+/// None when it cannot start or exits non-zero.
+pub(crate) fn python_says(python: &str, code: &str, pythonpath: Option<&str>) -> Option<String> {
     let mut command = Command::new(python);
     command.args(["-c", code]);
     if let Some(path) = pythonpath {
