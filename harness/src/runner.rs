@@ -165,6 +165,11 @@ pub trait Runner: Send + Sync {
     /// Add software versions and compile checks to a report's environment.
     fn describe(&self, _env: &mut relattn_reports::Environment) {}
 
+    /// Whether `target` takes a forced split count (triage runs a split trial with one split).
+    fn takes_forced_splits(&self, _target: &Target) -> bool {
+        true
+    }
+
     /// Copy the files of `trial` (its case file and output, when this runner has them from its
     /// last run) into `dir`, so a failure can be replayed outside relattn.
     fn keep(&self, _trial: &str, _dir: &Path) -> Option<Kept> {
@@ -179,6 +184,15 @@ pub struct Kept {
     pub output: Option<std::path::PathBuf>,
     /// Files not kept, with why (size caps).
     pub left_out: Vec<String>,
+}
+
+impl Kept {
+    /// Remove the kept files again (an expected failure's: the report's room is for new ones).
+    pub fn discard(self) {
+        for file in [self.case, self.output].into_iter().flatten() {
+            let _ = std::fs::remove_file(file);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,9 +12,11 @@
 //! strict = false                               # whether an unexpected pass fails the run
 //! ```
 //!
-//! The first entry whose filter selects a trial decides it: failing or erroring for the expected
-//! cause it is `xfail`; for any other cause it stays a failure, saying so; passing it is `xpass`
-//! (a `fail` under a strict entry, as pytest's strict xfail). Skipped trials are left alone.
+//! Every entry whose filter selects a trial counts for it, so a trial with two known bugs (a kernel
+//! that drops the bias and leaks NaN: whichever shows) takes an entry for each. Failing or erroring
+//! for the cause one of them expects, it is `xfail` (the first such entry decides); for any other
+//! cause it stays a failure, saying so; passing it is `xpass` (a `fail` when one of them is strict,
+//! as pytest's strict xfail). Skipped trials are left alone.
 
 use crate::filter::Filter;
 use crate::trial_list::Trial;
@@ -90,20 +92,38 @@ impl XFails {
         })
     }
 
-    /// Decide `row` of `trial` by the first entry that selects it (rows of skipped trials are
-    /// left alone).
+    /// Decide `row` of `trial` by the entries that select it (rows of skipped trials are left
+    /// alone).
     pub fn apply(&self, trial: &Trial, row: &mut Row) {
         if row.status == Status::Skip {
             return;
         }
-        let Some(i) = self.entries.iter().position(|(_, f)| f.matches(trial)) else {
+        let selecting: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.entries[i].1.matches(trial))
+            .collect();
+        let Some(&first) = selecting.first() else {
             return;
         };
-        self.matched[i].fetch_add(1, Ordering::Relaxed);
-        let e = &self.entries[i].0;
+        for &i in &selecting {
+            self.matched[i].fetch_add(1, Ordering::Relaxed);
+        }
         let cause = row.params.get("cause").cloned();
+        let expecting = selecting
+            .iter()
+            .copied()
+            .find(|&i| cause.as_deref() == Some(self.entries[i].0.cause.as_str()));
+        let strict = selecting
+            .iter()
+            .copied()
+            .find(|&i| self.entries[i].0.strict);
+        let deciding = match row.status {
+            Status::Fail | Status::Error => expecting.unwrap_or(first),
+            Status::Pass => strict.unwrap_or(first),
+            _ => first,
+        };
+        let e = &self.entries[deciding].0;
         match row.status {
-            Status::Fail | Status::Error if cause.as_deref() == Some(e.cause.as_str()) => {
+            Status::Fail | Status::Error if expecting.is_some() => {
                 row.status = Status::XFail;
                 row.message = format!(
                     "expected failure ({}): {}; {}",
@@ -115,12 +135,20 @@ impl XFails {
                     || "not triaged (--no-triage)".to_string(),
                     |c| format!("its cause is {c}"),
                 );
+                let expected: Vec<String> = selecting
+                    .iter()
+                    .map(|&i| {
+                        let e = &self.entries[i].0;
+                        format!("{} ({})", e.cause, e.reason)
+                    })
+                    .collect();
                 row.message = format!(
-                    "{}; not the expected failure: --xfail expects cause {} ({}), {found}",
-                    row.message, e.cause, e.reason
+                    "{}; not the expected failure: --xfail expects cause {}, {found}",
+                    row.message,
+                    expected.join(" or ")
                 );
             }
-            Status::Pass if e.strict => {
+            Status::Pass if strict.is_some() => {
                 row.status = Status::Fail;
                 row.message = format!(
                     "XPASS(strict): the trial passed, but --xfail expects it to fail ({}): {}",
@@ -136,10 +164,11 @@ impl XFails {
             }
             _ => {}
         }
-        row.params.insert("xfail_entry".into(), (i + 1).to_string());
+        row.params
+            .insert("xfail_entry".into(), (deciding + 1).to_string());
     }
 
-    /// The entries that decided no trial, as lines for the user.
+    /// The entries that selected no trial, as lines for the user.
     pub fn unmatched(&self) -> Vec<String> {
         self.entries
             .iter()
@@ -162,6 +191,75 @@ impl XFails {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TWO_BUGS: &str = r#"
+[[xfail]]
+filter = "path=routing"
+cause = "nan_leak"
+reason = "one known bug"
+
+[[xfail]]
+filter = "path=routing"
+cause = "wrong"
+reason = "another known bug"
+strict = true
+
+[[xfail]]
+filter = "path=fallback"
+cause = "wrong"
+reason = "selects nothing here"
+"#;
+
+    fn decided(x: &XFails, status: Status, cause: Option<&str>) -> Row {
+        let trial = Trial {
+            name: "routing::unknown".into(),
+            kind: crate::trial_list::TrialKind::RoutingUnknown,
+            ignore: None,
+        };
+        let mut row = Row::new("", "routing::unknown", "routing", status);
+        if let Some(c) = cause {
+            row.params.insert("cause".into(), c.into());
+        }
+        x.apply(&trial, &mut row);
+        row
+    }
+
+    /// A trial selected by two entries is expected to fail for either cause; any other cause
+    /// fails it, naming both; a pass is strict when one of them is.
+    #[test]
+    fn every_entry_that_selects_a_trial_counts() {
+        let x = XFails::parse(TWO_BUGS, "two.toml").unwrap();
+        let leak = decided(&x, Status::Fail, Some("nan_leak"));
+        assert_eq!(
+            (leak.status, leak.params["xfail_entry"].as_str()),
+            (Status::XFail, "1")
+        );
+        let wrong = decided(&x, Status::Fail, Some("wrong"));
+        assert_eq!(
+            (wrong.status, wrong.params["xfail_entry"].as_str()),
+            (Status::XFail, "2")
+        );
+        let other = decided(&x, Status::Error, Some("fault"));
+        assert_eq!(other.status, Status::Error);
+        assert!(
+            other.message.contains("expects cause nan_leak (one known bug) or wrong (another known bug), its cause is fault"),
+            "{}",
+            other.message
+        );
+        let pass = decided(&x, Status::Pass, None);
+        assert_eq!(
+            (pass.status, pass.params["xfail_entry"].as_str()),
+            (Status::Fail, "2")
+        );
+        assert!(
+            pass.message.starts_with("XPASS(strict)"),
+            "{}",
+            pass.message
+        );
+        let unmatched = x.unmatched();
+        assert_eq!(unmatched.len(), 1, "{unmatched:?}");
+        assert!(unmatched[0].contains("entry 3"), "{unmatched:?}");
+    }
 
     /// The known-bug files shipped with the adapters parse, and name causes triage finds.
     #[test]

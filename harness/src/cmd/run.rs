@@ -306,7 +306,7 @@ pub fn run_with(
         phase: "setup (matrix, devices, kernels, workers)",
         ..Tally::default()
     }));
-    let _ticker = Ticker::start(tally.clone());
+    let ticker = Ticker::start(tally.clone());
     let session = Session::open_with(&opts, source, libs_present, factory)
         .map_err(|e| exit::usage(format!("{e:#}")))?;
     if let GpuStatus::Rejected(why) = &session.status {
@@ -517,6 +517,8 @@ pub fn run_with(
             }]
         });
     }
+    // The trials are over: no progress line after this point.
+    drop(ticker);
     // An entry of --xfail that decided no trial is listed: the bug it names may be fixed, or
     // its filter may have gone stale.
     if let Some(x) = &session.xfail {

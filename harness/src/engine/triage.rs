@@ -168,7 +168,8 @@ pub fn triage(
         .get("num_splits_run")
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(1);
-    let split_run = split.forced().unwrap_or(used_splits) > 1;
+    // A worker path that takes no forced split count would only refuse the variant.
+    let split_run = split.forced().unwrap_or(used_splits) > 1 && runner.takes_forced_splits(target);
     if cause.is_none() && split_run {
         let p = finite.as_ref().unwrap_or(&data.problem);
         let o = run(p, "splits_1", SplitSetting::Forced(1));

@@ -451,6 +451,10 @@ impl Runner for WorkerRunner {
         })
     }
 
+    fn takes_forced_splits(&self, target: &Target) -> bool {
+        matches!(target, Target::Worker { path, .. } if self.hello.split_paths.contains(path))
+    }
+
     fn keep(&self, trial: &str, dir: &Path) -> Option<Kept> {
         // The process that ran `trial` is idle (its thread asks); one busy with another trial
         // is not waited for.
@@ -528,6 +532,19 @@ fn folder_bytes(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+impl Drop for WorkerRunner {
+    /// Close the pool's processes side by side: each may take a second or more to exit (a
+    /// Python process with CUDA), and a run ends when the last one has.
+    fn drop(&mut self) {
+        let members = std::mem::take(&mut self.members);
+        std::thread::scope(|s| {
+            for m in members {
+                s.spawn(move || drop(m));
+            }
+        });
+    }
 }
 
 impl Drop for Member {

@@ -70,6 +70,14 @@ fn a_known_bug_stays_green_and_a_new_one_in_the_same_trials_turns_red() {
     assert!(summary.contains("Expected failures (--xfail)"), "{summary}");
     let junit = std::fs::read_to_string(green_dir.join("cpu/junit.xml")).unwrap();
     assert!(junit.contains("expected failure (nan_leak)"));
+    // The failing run kept its cases; an expected failure keeps none (room for new ones).
+    let kept = |dir: &Path| {
+        std::fs::read_dir(dir.join("cpu/failures"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert!(kept(&plain_dir) >= failing.len(), "{}", kept(&plain_dir));
+    assert_eq!(kept(&green_dir), 0);
 
     // A second defect in the same trials: red under the same file, for the new cause.
     let (red, red_dir) = leaky(dir.path(), "red", &["--xfail", &known], &short);
