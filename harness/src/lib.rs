@@ -1,10 +1,8 @@
 //! relattn-harness: the `relattn` command's library part, shared with the `trials` test target.
 
-pub mod ahead;
 pub mod args;
 pub mod bench;
 pub mod case_by_id;
-pub mod case_cache;
 pub mod case_set;
 pub mod cmd;
 pub mod coverage;

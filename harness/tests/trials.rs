@@ -15,7 +15,7 @@
 //! `case_cache`). `harness::list_time_ignores` checks the listing nextest reads.
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
-use relattn_harness::case_cache::CaseCache;
+use relattn_harness::engine::case_cache::CaseCache;
 use relattn_harness::engine::{run_trial, CaseStore, Runners};
 
 use relattn_harness::session::{Session, SessionOptions};

@@ -1,7 +1,7 @@
 //! The cases of a run: each generated (or read from the disk cache), or read from its case file,
 //! and its references computed once, shared by every trial that uses it, and dropped when its last trial has run.
 
-use crate::case_cache::CaseCache;
+use super::case_cache::CaseCache;
 use crate::phases::{self, Phase};
 use crate::trial_list::Trial;
 use relattn_matrices::{read_file_case, Case, CaseSource};

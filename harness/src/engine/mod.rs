@@ -5,7 +5,9 @@
 //! resume filter (trials a report already holds are not run). What a command does with the rows
 //! (a report's lifecycle, a console table, a test verdict) stays with the command.
 
+mod ahead;
 mod cancel;
+pub mod case_cache;
 mod cases;
 pub mod compile_key;
 mod row;

@@ -4,10 +4,10 @@
 //! kernel configuration, and the CPU trials on the rest; rows come back to the caller's thread
 //! in the order they finish.
 
+use super::ahead::Ahead;
 use super::cases::CaseStore;
 use super::trial::{run_trial, start_trial, Runners, Step};
 use super::Engine;
-use crate::ahead::Ahead;
 use crate::runner::Target;
 use crate::trial_list::{Trial, TrialKind};
 use relattn_matrices::Case;

@@ -4,7 +4,7 @@
 //! tensors prepared but not yet taken by a device thread (the next case always may be prepared,
 //! whatever its size, as a device thread would build it anyway).
 
-use crate::engine::CaseStore;
+use super::CaseStore;
 use relattn_matrices::Case;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -128,6 +128,7 @@ impl Ahead {
     }
 
     /// How many cases are prepared and not yet taken, and their bytes (for tests).
+    #[cfg(test)]
     pub fn pending(&self) -> (usize, u64) {
         let s = self.lock();
         (s.counted.iter().filter(|&&c| c).count(), s.bytes)
