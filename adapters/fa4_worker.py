@@ -65,7 +65,7 @@ def parse_args(argv=None):
 
 @functools.cache
 def rel_bias_score_mod(rel_extent):
-    """The CuTe DSL score_mod adding the relative bias of SPEC 1 (one per rel_extent, so FA4's
+    """The CuTe DSL score_mod adding the relative bias of docs/operator.md section 1 (one per rel_extent, so FA4's
     compile cache, keyed by source and closure values, keeps one kernel per E).
 
     FA4 calls it per score with the request's local query index q_idx = i (for GQA packing,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """relattn worker for tests only: the operator as a kernel that leaks NaN (protocol v1).
 
-Name `leaky`, path `leaky`. Like the flash kernels that fail SPEC section 5's class 7, it walks
+Name `leaky`, path `leaky`. Like the flash kernels that fail docs/operator.md section 5's class 7, it walks
 every key of a request from key 0, masks the keys a query must not see by a zero weight, and
 multiplies that zero weight by the value anyway: NaN in a slot no row may read (an unused or
 pre-window page) turns 0 * NaN into NaN in the output. With finite values there, its output is

@@ -15,7 +15,7 @@ standard library and numpy only, and holds the numpy reference `attention_numpy`
                           on run: every run answers unsupported with why
   serve(worker)           the protocol loop: answers on the real stdout, everything printed
                           meanwhile (Python or C) goes to stderr; exits 0 on bye or end of input
-  attention_numpy(case, "f32" | "f64")   the operator of SPEC 1 on the CPU
+  attention_numpy(case, "f32" | "f64")   the operator of docs/operator.md section 1 on the CPU
   bucket_max_seqlen_q(n), cpu_timed(call, timing), round_to_dtype(values, dtype), log(...)
 
     class MyWorker(Worker):
@@ -406,7 +406,7 @@ def read_out(path):
 # ---------------------------------------------------------------------------------------------
 
 def bucket_max_seqlen_q(n):
-    """SPEC 4.4: 1 << bit_length(max(0, n - 1)) (1,2,3,4,5,9,17 -> 1,2,4,4,8,16,32)."""
+    """docs/operator.md section 4.4: 1 << bit_length(max(0, n - 1)) (1,2,3,4,5,9,17 -> 1,2,4,4,8,16,32)."""
     return 1 << max(0, int(n) - 1).bit_length()
 
 
@@ -415,7 +415,7 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 def attention_numpy(case, precision="f32"):
-    """The operator of SPEC 1 on the CPU: [T, H, D] float32, NaN in the padding rows.
+    """The operator of docs/operator.md section 1 on the CPU: [T, H, D] float32, NaN in the padding rows.
 
     precision "f32": scores, bias, softmax and P*V in float32 from the stored values (as a flash
     kernel computes them, without rounding P to the dtype); "f64": everything in float64.

@@ -56,7 +56,7 @@ def cuda_device_info(torch, device="cuda"):
 
 def serving_block_table(case):
     """int32 [B, max_pages]: the case's table with entries past each request's pages set to 0,
-    as vLLM's tables are (SPEC 2: those entries are don't-care, so the operator must not read
+    as vLLM's tables are (docs/operator.md section 2: those entries are don't-care, so the operator must not read
     them; a serving engine still keeps them valid block ids)."""
     table = np.array(case.block_table, dtype=np.int32, copy=True)
     pages = -(-case.seqused_k.astype(np.int64) // case.page_size)

@@ -1,4 +1,4 @@
-"""Small random cases for the workers' tests: RMS-normed q and k (SPEC 1's producer facts),
+"""Small random cases for the workers' tests: RMS-normed q and k (docs/operator.md section 1's producer facts),
 shuffled pages with slack, and garbage (NaN) wherever no output may depend on it: padding rows of
 q and rel_logits, cache slots past each request's keys, blocks no request uses, and block-table
 entries past each request's pages; on local layers also the keys left of every window."""
@@ -58,7 +58,7 @@ def random_case(seed=0, dtype="BF16", query_lens=(3, 0, 5), kv_lens=(7, 4, 21), 
 
 
 def naive_attention(case):
-    """SPEC 1 with plain Python loops in float64 (the tests' independent oracle)."""
+    """docs/operator.md section 1 with plain Python loops in float64 (the tests' independent oracle)."""
     T, H, D = case.q.shape
     G = H // case.Hkv
     out = np.full((T, H, D), np.nan)

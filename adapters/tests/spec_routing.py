@@ -1,9 +1,9 @@
-"""relattn's routing model (SPEC 3 and 4.1), written again in Python for the workers' tests, and
+"""relattn's routing model (docs/operator.md section 3 and 4.1), written again in Python for the workers' tests, and
 the 2,160 shapes of relattn's routing trials (harness/src/trial_list.rs)."""
 
 import itertools
 
-# SPEC 3: capability -> (path or None when rejected, split_kv)
+# docs/operator.md section 3: capability -> (path or None when rejected, split_kv)
 ROUTES = {
     "8.0": ("fallback", False), "8.6": ("fallback", False), "8.7": ("fallback", False),
     "8.9": ("fallback", False), "9.0": ("score_mod", False),
@@ -17,7 +17,7 @@ def bucket_max_seqlen_q(n):
 
 
 def spec_num_splits(split_kv, is_local, batch, max_query_len, heads, kv_heads, max_kv_len):
-    """SPEC 4.1, line by line."""
+    """docs/operator.md section 4.1, line by line."""
     if not split_kv:
         return 1
     if is_local:
@@ -38,7 +38,7 @@ def spec_num_splits(split_kv, is_local, batch, max_query_len, heads, kv_heads, m
 
 
 def spec_decode_splits(shape):
-    """SPEC 4.3 on the fallback path: the split-KV decode's split count, 1 when it does not run."""
+    """docs/operator.md section 4.3 on the fallback path: the split-KV decode's split count, 1 when it does not run."""
     mql, mkv = bucket_max_seqlen_q(shape["max_query_len"]), shape["max_kv_len"]
     page, wl = shape.get("page_size", 16), shape.get("window_left", -1)
     if mql != 1:

@@ -43,7 +43,7 @@ ATOL2 = {"BF16": 2e-2, "F16": 5e-3, "F32": 1e-5}
 
 
 def judge(test, case, out):
-    """SPEC 6 on every real row: finite, padding still NaN, (a) max|out - ref64| <= 2 max|ref_lp -
+    """docs/operator.md section 6 on every real row: finite, padding still NaN, (a) max|out - ref64| <= 2 max|ref_lp -
     ref64| + atol (ref_lp: the float32 reference rounded to the dtype), (b) elementwise
     |out - ref64| <= atol2 (1 + |ref64|). Returns (max error, bound)."""
     rows = case.real_rows

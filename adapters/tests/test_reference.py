@@ -1,4 +1,4 @@
-"""attention_numpy against a naive loop over SPEC 1."""
+"""attention_numpy against a naive loop over docs/operator.md section 1."""
 
 import unittest
 

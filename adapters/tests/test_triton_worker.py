@@ -107,8 +107,8 @@ class TritonRouting(unittest.TestCase):
         self.assertFalse(getattr(sys.modules.get("torch"), "_relattn_stand_in", False))
 
     def test_sm8x_against_spec_4_3(self):
-        """PR #55078's route agrees with SPEC 3 and 4.1 everywhere on SM8x; its decode policy
-        differs from SPEC 4.3 on exactly the local decodes at page 16 over 8192 or more keys,
+        """PR #55078's route agrees with docs/operator.md section 3 and 4.1 everywhere on SM8x; its decode policy
+        differs from docs/operator.md section 4.3 on exactly the local decodes at page 16 over 8192 or more keys,
         where vLLM checks the window before the KV length."""
         for cc in ("8.0", "8.6", "8.7", "8.9"):
             differ = []
@@ -197,7 +197,7 @@ class Arguments(unittest.TestCase):
 @unittest.skipUnless(ROOT and INTERPRET and TRITON_ERROR is None, NO_INTERPRET if ROOT else NO_ROOT)
 class InTritonsInterpreter(TempDir):
     """The op on the CPU in Triton's interpreter, through the protocol, against the numpy
-    reference (SPEC 6), on the small cases the fa4 and flex workers are judged on, plus a
+    reference (docs/operator.md section 6), on the small cases the fa4 and flex workers are judged on, plus a
     split-KV decode (page 64, 3 splits) and a batch of only empty requests.
 
     In fp16: Triton 3.9's interpreter gives wrong bf16 outputs (about 8e8 in every element of
@@ -240,7 +240,7 @@ class InTritonsInterpreter(TempDir):
 
     @unittest.expectedFailure
     def test_nan_before_the_window(self):
-        """SPEC 5 class 7: the main kernel loads every key tile from 0 and masks the scores
+        """docs/operator.md section 5 class 7: the main kernel loads every key tile from 0 and masks the scores
         before the window, but multiplies their zero weights by the values it loaded there, so
         NaN in a page before the window reaches the output (0 x NaN). Expected to fail while the
         op does so; a pass means vLLM fixed it (update adapters/FINDINGS.md)."""

@@ -38,7 +38,7 @@ def global_case(seed=41):
 def local_case(seed=42):
     # Finite garbage: vLLM 0.33.0's op turns NaN in the V slots left of the window into NaN
     # outputs (masked P = 0 times V = NaN; seen on an H200). That is a finding about the
-    # kernel for relattn's judge (SPEC 5, class 7), not about this worker, so this test, which
+    # kernel for relattn's judge (docs/operator.md section 5, class 7), not about this worker, so this test, which
     # checks the worker's call, keeps the garbage finite.
     return random_case(seed=seed, query_lens=(1, 70), kv_lens=(1200, 600), heads=8, kv_heads=2,
                        head_dim=128, extent=512, window_left=511, page=16, pad_rows=3,

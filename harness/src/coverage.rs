@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 /// The dtypes the GPU paths are built for.
 pub use relattn_kernels::gpu::DTYPES;
-/// GQA groups of the SPEC's tables and beyond.
+/// GQA groups of docs/operator.md's tables and beyond.
 pub const GROUPS: [usize; 5] = [1, 2, 4, 8, 16];
 
 /// A column of the table: a feature a launch can use.

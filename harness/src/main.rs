@@ -30,7 +30,7 @@ enum Command {
     Gen(cmd::gen::Args),
     /// Compute the CPU reference of a case file.
     Reference(cmd::reference::Args),
-    /// Judge an output file made by anything against a case file (SPEC section 6).
+    /// Judge an output file made by anything against a case file (docs/operator.md section 6).
     Judge(cmd::judge::Args),
     /// Throughput of the fast f64 reference next to the machine's f64 GEMM.
     BenchReference(cmd::bench_reference::Args),

@@ -261,11 +261,11 @@ pub fn parse(text: &str) -> Reports {
     out
 }
 
-/// The failure message of a trial with `reports`: its class first (SPEC 5 class 5 is the
+/// The failure message of a trial with `reports`: its class first (docs/operator.md section 5 class 5 is the
 /// out-of-range read this check is for), the count, the first report.
 pub fn failure_message(tool: &str, reports: &Reports) -> String {
     format!(
-        "out-of-bounds access (SPEC 5, class 5): compute-sanitizer {tool} reported {} error(s) \
+        "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer {tool} reported {} error(s) \
          while this trial ran; the first: {}",
         reports.count,
         reports.first.as_deref().unwrap_or("(no report text)")
@@ -397,7 +397,7 @@ mod tests {
             )
         );
         let m = failure_message("memcheck", &r);
-        assert!(m.starts_with("out-of-bounds access (SPEC 5, class 5): compute-sanitizer memcheck reported 2 error(s)"), "{m}");
+        assert!(m.starts_with("out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer memcheck reported 2 error(s)"), "{m}");
     }
 
     #[test]

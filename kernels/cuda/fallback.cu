@@ -2,7 +2,7 @@
 #include "entry.cuh"
 // fallback path (the Ampere/Ada route): the generic tiled kernel, where one program is a block of
 // query rows x all G query heads of one KV head (K/V staged once for the whole group), plus the
-// two-stage split-KV decode kernel of SPEC section 4.3 (its merge done by each group's last CTA).
+// two-stage split-KV decode kernel of docs/operator.md section 4.3 (its merge done by each group's last CTA).
 //
 // Bias per score: rel_logits[t, h, d] when 0 <= d < E, else 0, computed by a branch (no clamp);
 // causal and window masks are explicit.
@@ -27,13 +27,13 @@ struct FallbackRow : RelRow<T, FallbackRow<T>> {
     }
 };
 
-// Keys a decode request attends to (SPEC 4.3): min(Lk, window_left + 1) when windowed, else Lk
+// Keys a decode request attends to (docs/operator.md section 4.3): min(Lk, window_left + 1) when windowed, else Lk
 // (compared before adding 1, so the largest windows cannot overflow).
 __device__ __forceinline__ i64 decode_eff(const Params& p, i64 kv_len) {
     return p.window_left >= 0 && p.window_left < kv_len ? p.window_left + 1 : kv_len;
 }
 
-// Keys per decode split (SPEC 4.3): ceil(ceil(eff / S) / 32) * 32.
+// Keys per decode split (docs/operator.md section 4.3): ceil(ceil(eff / S) / 32) * 32.
 __device__ __forceinline__ i64 decode_split_len(const Params& p, i64 eff) { return cdiv(cdiv(eff, p.num_splits), 32) * 32; }
 
 // Decode pieces. A split of split_len keys is cut into m pieces of piece_len keys (the last may
@@ -88,7 +88,7 @@ __device__ __forceinline__ bool last_to_finish(const Params& p, i64 i, i64 n) {
     return last;
 }
 
-// The merge of SPEC 4.3 for the request's row and the group's heads over the n partials in
+// The merge of docs/operator.md section 4.3 for the request's row and the group's heads over the n partials in
 // workspace slots [first, first + n), into `out` (to_slot < 0) or into slot to_slot as one
 // partial (normalised output and LSE). Each thread merges 8 dims of one head: the maximum of the
 // LSEs, then the partials read eight slots at a time (from L2: other CTAs wrote them during this
@@ -150,13 +150,13 @@ __device__ void merge_group(const Params& p, const Cta& c, i64 first, i64 n, i64
     }
 }
 
-// The split-KV decode kernel (SPEC 4.3), both stages in one launch. Grid: (num_splits x the most
+// The split-KV decode kernel (docs/operator.md section 4.3), both stages in one launch. Grid: (num_splits x the most
 // pieces per split, Hkv, B). Every request has q_len <= 1 (decode-only batch). Stage 1: a CTA
 // covers the request's query x the G heads of one KV head over one piece of a split (bf16/fp16:
 // the streaming single-query CTA of attention.cuh) and writes that piece's partial to slot u;
 // empty pieces write nothing. When a split has several pieces, the last of them to finish merges
 // them into the split's partial (slot gridDim.x + s, counter B Hkv + (b Hkv + kvh) S + s): a
-// split's partial is what SPEC 4.3 says, the same merge formula over a finer partition of its
+// split's partial is what docs/operator.md section 4.3 says, the same merge formula over a finer partition of its
 // keys. Stage 2: the last split of the request on that KV head to finish (counter b Hkv + kvh)
 // merges the splits' partials into `out`, so no merge needs a launch of its own and the merges run
 // while other CTAs still stream. A request with no key (eff == 0) has no partial: CTA 0 writes its

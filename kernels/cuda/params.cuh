@@ -140,7 +140,7 @@ __device__ __forceinline__ i64 first_visible(const Params& p, i64 pos) {
     return p.window_left >= 0 ? imax(0, pos - p.window_left) : 0;
 }
 
-// The rule of one score cell at distance d = pos - j (SPEC 3 and 4), in one place for every
+// The rule of one score cell at distance d = pos - j (docs/operator.md section 3 and 4), in one place for every
 // path: the key is visible iff 0 <= d <= window_left (causal; no upper bound without a window),
 // and its bias is rel_logits[t, h, d] iff 0 <= d < E (0 past E). Each test is one unsigned
 // compare (d < 0 wraps past both bounds). Key positions fit int32; the i64 forms are for code

@@ -1,4 +1,4 @@
-//! Every GPU path against the f64 reference with SPEC section 6's bound, under forced and policy
+//! Every GPU path against the f64 reference with docs/operator.md section 6's bound, under forced and policy
 //! split counts, with and without the bounds check; the decode merges right and deterministic
 //! over launches; the defect only the bounds check sees trapped in a child process; the
 //! compile-only check over all architectures. Every planted defect caught is the `ci` tier's
@@ -37,7 +37,7 @@ fn case(name: &'static str, spec: GenSpec) -> Case {
     }
 }
 
-/// Small cases covering the axes of SPEC sections 2 and 5.
+/// Small cases covering the axes of docs/operator.md sections 2 and 5.
 fn cases() -> Vec<Case> {
     let mut mixed = GenSpec::global(
         16,
@@ -105,7 +105,7 @@ fn split_settings(path: PathId, p: &Problem) -> Vec<SplitSetting> {
     }
 }
 
-/// SPEC section 6 on the real rows, by the judge `relattn run` uses, with the default tolerance
+/// docs/operator.md section 6 on the real rows, by the judge `relattn run` uses, with the default tolerance
 /// of the case's dtype: Ok(worst error-to-bound ratio) or why it fails. Elements still holding
 /// the unwritten poison are named first (the judge sees them only as non-finite).
 fn judge(case: &Case, run: &GpuRun) -> Result<f64, String> {

@@ -47,7 +47,7 @@ pub struct Case {
     pub excluded: BTreeMap<PathId, String>,
     /// Split settings a path cannot take for this case, with the reason.
     pub excluded_splits: BTreeMap<PathId, BTreeMap<SplitSetting, String>>,
-    /// The bug class (SPEC section 5) a regression case stands for.
+    /// The bug class (docs/operator.md section 5) a regression case stands for.
     pub regression: Option<String>,
 }
 

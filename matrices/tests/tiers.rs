@@ -215,7 +215,7 @@ fn regression_only_mixes_are_the_regression_tiers() {
     }
 }
 
-/// docs/operator.md lists every regression class with its SPEC 5 class.
+/// docs/operator.md lists every regression class with its docs/operator.md section 5 class.
 #[test]
 fn the_operator_page_lists_every_regression_class() {
     let text = include_str!("../../docs/operator.md");

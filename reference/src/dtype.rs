@@ -30,7 +30,7 @@ impl DType {
         }
     }
 
-    /// Spacing of representable values at 1.0 (the default `atol` of SPEC section 6).
+    /// Spacing of representable values at 1.0 (the default `atol` of docs/operator.md section 6).
     pub fn spacing_at_one(self) -> f64 {
         match self {
             DType::Bf16 => 2f64.powi(-7),

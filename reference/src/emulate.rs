@@ -1,4 +1,4 @@
-//! Same-precision emulation of a flash kernel (SPEC section 6): what a correct GPU kernel in the
+//! Same-precision emulation of a flash kernel (docs/operator.md section 6): what a correct GPU kernel in the
 //! case dtype computes, so its distance from the f64 reference sets the tolerance scale.
 //!
 //! Choices where the spec leaves freedom (a kernel's own order of operations):

@@ -1,4 +1,4 @@
-//! Seeded realistic inputs (SPEC section 1 "producer facts").
+//! Seeded realistic inputs (docs/operator.md section 1 "producer facts").
 
 use crate::batch::BatchShape;
 use crate::dtype::DType;
@@ -61,7 +61,7 @@ pub struct GenSpec {
     /// Fill every cache slot no request may read with NaN.
     pub poison: bool,
     pub seed: u64,
-    /// How the values are shaped (`rms1`: the producer facts of SPEC 1).
+    /// How the values are shaped (`rms1`: the producer facts of docs/operator.md section 1).
     #[serde(default)]
     pub inputs: Inputs,
 }

@@ -1,4 +1,4 @@
-//! Judging a GPU result against the reference (SPEC section 6): the judge every command and
+//! Judging a GPU result against the reference (docs/operator.md section 6): the judge every command and
 //! test uses, and the one tolerance type it takes, with the defaults of each dtype.
 
 mod text;
@@ -21,7 +21,7 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
-    /// SPEC section 6's defaults for `dtype`, the only place they are written down: `rtol = 2`,
+    /// docs/operator.md section 6's defaults for `dtype`, the only place they are written down: `rtol = 2`,
     /// `atol` the dtype's spacing at 1.0 (so rule (a)'s bound is never zero), and
     /// `atol2 = rtol2` = 2e-2 (bf16), 5e-3 (fp16), 1e-5 (fp32), so rule (b) is never looser than
     /// vLLM's flat check. A matrix file may override any of them (`[tolerance.<dtype>]`).
@@ -300,7 +300,7 @@ mod tests {
         Tolerance::default_for(DType::Bf16)
     }
 
-    /// SPEC section 6's numbers, written out here as the SPEC writes them.
+    /// docs/operator.md section 6's numbers, written out here as that page writes them.
     #[test]
     fn the_defaults_are_spec_6s() {
         for (dtype, atol, flat) in [

@@ -3,7 +3,7 @@
 //!
 //! Two kinds of limit:
 //! - ranges of single dimensions ([`Dim`]): what the operator's int32 metadata and the kernels
-//!   allow (SPEC section 2), independent of the machine;
+//!   allow (docs/operator.md section 2), independent of the machine;
 //! - the bytes a case holds in memory ([`CaseSize::bytes`]): at most [`max_case_bytes`], by
 //!   default [`MEMORY_FRACTION`] of the machine's memory (see [`memory_bytes`]).
 //!

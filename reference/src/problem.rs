@@ -1,4 +1,4 @@
-//! `Problem`: the operator's inputs (SPEC section 2), validated once.
+//! `Problem`: the operator's inputs (docs/operator.md section 2), validated once.
 
 use crate::batch::BatchShape;
 use crate::dtype::DType;

@@ -9,7 +9,7 @@
 //!
 //! | regime | what | catches |
 //! |---|---|---|
-//! | `rms1` | the producer facts (SPEC 1) | the common case |
+//! | `rms1` | the producer facts (docs/operator.md section 1) | the common case |
 //! | `peaked` | per (row, head), three adjacent keys around a tile boundary (a multiple of 64) get a bias spike of 10 to 14 | split/piece/tile LSE weighting, combine rescale, online-softmax rescale |
 //! | `sink` | the first 4 keys of every request get keys 8x as long, aligned with a direction every query of their KV head leans to | attention-sink heads: weight on keys far from the query, in the first split |
 //! | `diagonal` | a bias spike of 8 at d = 0, 1, 2 | weight on the newest keys, the last tile/split |

@@ -1,4 +1,4 @@
-//! The window rule of SPEC 1 in one place. On a local layer the query at position `pos` sees key
+//! The window rule of docs/operator.md section 1 in one place. On a local layer the query at position `pos` sees key
 //! `j` when `d = pos - j` lies in `[0, window_left]`; on a global layer (`window_left < 0`, the
 //! `-1` of the operator's signature and of the files) every `d >= 0` is visible.
 

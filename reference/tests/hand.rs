@@ -1,4 +1,4 @@
-//! Tiny cases with expected values worked out by hand from SPEC section 1.
+//! Tiny cases with expected values worked out by hand from docs/operator.md section 1.
 
 use approx::{abs_diff_eq, assert_abs_diff_eq};
 use ndarray::{Array2, Array3};

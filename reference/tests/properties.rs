@@ -1,4 +1,4 @@
-//! Property tests of the references over random small problems (SPEC section 1 invariants).
+//! Property tests of the references over random small problems (docs/operator.md section 1 invariants).
 
 mod common;
 
@@ -114,7 +114,7 @@ proptest! {
         assert_all_identical(&p, &cp, "chunked prefill");
     }
 
-    /// Merging per-range partials by their LSE (SPEC 4.3) equals the whole.
+    /// Merging per-range partials by their LSE (docs/operator.md section 4.3) equals the whole.
     #[test]
     fn lse_merge_of_partials_equals_whole(spec in arb_spec(), cuts in prop::collection::vec(0.0f64..1.0, 1..4)) {
         let p = generate(&spec).unwrap();

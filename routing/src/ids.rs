@@ -76,7 +76,7 @@ impl<'de> Deserialize<'de> for Capability {
     }
 }
 
-/// The kernel families of SPEC section 3.
+/// The kernel families of docs/operator.md section 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PathId {

@@ -1,5 +1,5 @@
-//! relattn-routing: compute capability -> GPU path, and the policies that go with it (SPEC
-//! sections 3 and 4). Pure functions of plain values, so everything here is testable without a
+//! relattn-routing: compute capability -> GPU path, and the policies that go with it
+//! (docs/operator.md sections 3 and 4). Pure functions of plain values, so everything here is testable without a
 //! GPU; the kernels crate re-exports this crate as `relattn_kernels::routing`.
 //!
 //! The table (`table()`) is data; `decide` combines a row with the policies for one shape, which
@@ -59,7 +59,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// Checks what the operator requires of these values (SPEC sections 1 and 2): positive sizes,
+    /// Checks what the operator requires of these values (docs/operator.md sections 1 and 2): positive sizes,
     /// whole GQA groups, `Lk >= Lq`, lengths that fit the operator's int32 metadata, and a window
     /// exactly on local layers.
     pub fn validate(&self) -> Result<(), RoutingError> {
@@ -117,9 +117,9 @@ pub struct Decision {
     pub rejected: bool,
     /// Why the capability is rejected, `None` when routed.
     pub reason: Option<String>,
-    /// Main-kernel KV splits (SPEC 4.1), `None` when rejected.
+    /// Main-kernel KV splits (docs/operator.md section 4.1), `None` when rejected.
     pub num_splits: Option<usize>,
-    /// Whether the fallback path's two-stage decode kernel runs (SPEC 4.3).
+    /// Whether the fallback path's two-stage decode kernel runs (docs/operator.md section 4.3).
     pub split_kv_decode: bool,
     /// Splits of that decode kernel: 1 unless `split_kv_decode`, `None` when rejected.
     pub decode_splits: Option<usize>,

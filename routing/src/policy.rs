@@ -1,11 +1,11 @@
-//! The policies of SPEC section 4, exactly as written there. Every function is total: sizes a
+//! The policies of docs/operator.md section 4, exactly as written there. Every function is total: sizes a
 //! user mistypes (zero heads, huge lengths) give a defined answer instead of a panic, and callers
 //! that take user input validate the shape first (`Shape::validate`).
 
 use super::{lookup, ArchRow, Capability, Outcome, PathId, Shape};
 use crate::window::{self, visible_len};
 
-/// `bucket_max_seqlen_q(n) = 1 << bit_length(max(0, n - 1))` (SPEC 4.4): the smallest power of two
+/// `bucket_max_seqlen_q(n) = 1 << bit_length(max(0, n - 1))` (docs/operator.md section 4.4): the smallest power of two
 /// not below `n` (1 for 0 and 1). Past 2^63 no power of two fits a `usize`; it saturates there.
 pub fn bucket_max_seqlen_q(n: usize) -> usize {
     let bit_length = usize::BITS - n.saturating_sub(1).leading_zeros();
@@ -16,7 +16,7 @@ fn ceil_div(a: usize, b: usize) -> usize {
     a.div_ceil(b)
 }
 
-/// `num_splits` of the main kernel (SPEC 4.1). Takes the raw max query length and buckets it.
+/// `num_splits` of the main kernel (docs/operator.md section 4.1). Takes the raw max query length and buckets it.
 /// 1 on rejected rows, on rows without `split_kv`, and on local layers.
 pub fn num_splits(row: &ArchRow, shape: &Shape) -> usize {
     if !matches!(row.outcome, Outcome::Route(_)) || !row.split_kv || shape.is_local {
@@ -55,7 +55,7 @@ pub fn num_splits(row: &ArchRow, shape: &Shape) -> usize {
         .max(1)
 }
 
-/// Whether the fallback path uses its two-stage split-KV decode kernel (SPEC 4.3).
+/// Whether the fallback path uses its two-stage split-KV decode kernel (docs/operator.md section 4.3).
 /// `window_left` is -1 on global layers.
 pub fn use_split_kv_decode(
     max_query_len: usize,
@@ -76,7 +76,7 @@ pub fn use_split_kv_decode(
     false
 }
 
-/// Splits of the two-stage decode kernel (SPEC 4.3): at most 4 on windowed layers (one per 128
+/// Splits of the two-stage decode kernel (docs/operator.md section 4.3): at most 4 on windowed layers (one per 128
 /// visible keys), at most 32 on global ones (one per 2048 keys).
 pub fn decode_split_count(max_kv_len: usize, window_left: i64) -> usize {
     if window::is_local(window_left) {
@@ -86,7 +86,7 @@ pub fn decode_split_count(max_kv_len: usize, window_left: i64) -> usize {
     }
 }
 
-/// The decode kernel's splits under SPEC 4.3 for `shape`, or None when the policy keeps the
+/// The decode kernel's splits under docs/operator.md section 4.3 for `shape`, or None when the policy keeps the
 /// fallback path's main kernel.
 pub fn fallback_decode_splits(shape: &Shape) -> Option<usize> {
     use_split_kv_decode(
@@ -103,7 +103,7 @@ pub fn fallback_decode_splits(shape: &Shape) -> Option<usize> {
 pub const SHEARED_POLICY_ARCH: Capability = Capability::new(10, 0);
 
 /// The split count `path`'s production policy picks for `shape`, on whichever GPU the path runs:
-/// SPEC 4.1 on the SM100 row for sheared_bias, SPEC 4.3 for fallback (1 when its main kernel
+/// docs/operator.md section 4.1 on the SM100 row for sheared_bias, docs/operator.md section 4.3 for fallback (1 when its main kernel
 /// runs), 1 for score_mod.
 pub fn policy_splits(path: PathId, shape: &Shape) -> usize {
     match path {

@@ -1,6 +1,6 @@
 //! Which keys each KV split of a request covers, as the paths' kernels compute it: sheared_bias
 //! cuts the keys into whole 128-key tiles (sheared_bias.cu), the fallback decode kernel into the
-//! 32-aligned splits of SPEC 4.3 (fallback.cu). The launch plans and the tests use these
+//! 32-aligned splits of docs/operator.md section 4.3 (fallback.cu). The launch plans and the tests use these
 //! functions; the kernels mirror them. Every function is total: sizes past any real case give a
 //! defined answer instead of an overflow.
 
@@ -11,7 +11,7 @@ use std::ops::Range;
 /// kernels/cuda/constants.cuh.
 pub const SHEAR_TILE: usize = 128;
 
-/// Decode splits are a whole number of this many keys (SPEC 4.3).
+/// Decode splits are a whole number of this many keys (docs/operator.md section 4.3).
 pub const DECODE_SPLIT_ALIGN: usize = 32;
 
 /// Keys `[start, end)` of sheared_bias split `s` of a request with `kv_len` keys, or None when the
@@ -27,7 +27,7 @@ pub fn sheared_split_keys(kv_len: usize, splits: usize, s: usize) -> Option<Rang
     })
 }
 
-/// Keys of one decode split of a request with `eff` visible keys (SPEC 4.3):
+/// Keys of one decode split of a request with `eff` visible keys (docs/operator.md section 4.3):
 /// `split_len = ceil(ceil(eff / splits) / 32) * 32` (0 when `eff` is 0).
 pub fn decode_split_len(eff: usize, splits: usize) -> usize {
     eff.div_ceil(splits.max(1))
@@ -36,7 +36,7 @@ pub fn decode_split_len(eff: usize, splits: usize) -> usize {
 }
 
 /// Absolute keys of decode split `s` of a request with `kv_len` keys cut into `splits` splits
-/// (SPEC 4.3), or None when the split is empty: the request's `eff = visible_len(kv_len,
+/// (docs/operator.md section 4.3), or None when the split is empty: the request's `eff = visible_len(kv_len,
 /// window_left)` keys start at `kv_offset = kv_len - eff`; split s covers
 /// `kv_offset + [s * split_len, min((s + 1) * split_len, eff))` and is empty iff
 /// `s * split_len >= eff`. So the non-empty splits are the first `ceil(eff / split_len)`, and

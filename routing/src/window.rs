@@ -1,4 +1,4 @@
-//! SPEC 1's window rule, as routing needs it: a local layer has `window_left >= 0` and its queries
+//! docs/operator.md section 1's window rule, as routing needs it: a local layer has `window_left >= 0` and its queries
 //! see keys at distances `0..=window_left`; any negative `window_left` (the operator's -1) is a
 //! global layer. `relattn_reference::Window` states the same rule for the oracle; a test of the
 //! kernels crate checks that the two agree.
@@ -14,7 +14,7 @@ pub fn is_local(window_left: i64) -> bool {
 }
 
 /// The keys the last query of a request with `kv_len` keys sees: all of them, or the window
-/// (`eff` of SPEC 4.3).
+/// (`eff` of docs/operator.md section 4.3).
 pub fn visible_len(kv_len: usize, window_left: i64) -> usize {
     match span(window_left) {
         Some(s) => kv_len.min(usize::try_from(s).unwrap_or(usize::MAX)),

@@ -1,4 +1,4 @@
-//! The policies of SPEC section 4 on tables of values computed by hand from the formulas (the
+//! The policies of docs/operator.md section 4 on tables of values computed by hand from the formulas (the
 //! arithmetic is in the comments), not by calling the code under test.
 
 use relattn_routing::{

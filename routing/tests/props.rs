@@ -1,4 +1,4 @@
-//! Invariants of routing and the policies over the whole input space (SPEC 4.2): properties, not
+//! Invariants of routing and the policies over the whole input space (docs/operator.md section 4.2): properties, not
 //! examples.
 
 use proptest::prelude::*;

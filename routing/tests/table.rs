@@ -1,4 +1,4 @@
-//! The routing table against SPEC section 3, written out by hand here (not derived from the
+//! The routing table against docs/operator.md section 3, written out by hand here (not derived from the
 //! table under test), plus the capability and path-id values and each path's constraints.
 
 use relattn_routing::{
@@ -7,7 +7,7 @@ use relattn_routing::{
 };
 use rstest::rstest;
 
-/// The twelve rows of SPEC section 3, each a case below.
+/// The twelve rows of docs/operator.md section 3, each a case below.
 #[test]
 fn the_table_has_twelve_rows() {
     assert_eq!(table().len(), 12, "table rows");
@@ -208,7 +208,7 @@ fn path_specs_are_the_spec_constraints(
     );
     assert_eq!(s.requires_window_equals_extent, window, "{path}");
     assert_eq!(s.max_splits, max, "{path}");
-    // The kernels are built for the model's head dim only (SPEC 1: D = 128).
+    // The kernels are built for the model's head dim only (docs/operator.md section 1: D = 128).
     assert_eq!(s.head_dim, 128, "{path}");
     // A path with split-KV of either kind takes more than one split; one without takes one.
     assert_eq!(

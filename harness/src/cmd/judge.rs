@@ -1,5 +1,5 @@
 //! `relattn judge`: judge an output made by anything (a kernel under development, PyTorch, another
-//! framework) against a case file by SPEC section 6, with the judge `run` uses.
+//! framework) against a case file by docs/operator.md section 6, with the judge `run` uses.
 //!
 //! The output is a safetensors file with one tensor `out` `[T, H, D]` in F32, BF16 or F16,
 //! padding rows included (as `relattn exec` writes it); padding rows count as intact when they
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Ok(())
     } else {
         Err(failed(format!(
-            "{} fails SPEC 6 against {}",
+            "{} fails docs/operator.md section 6 against {}",
             args.output.display(),
             args.input.display()
         )))

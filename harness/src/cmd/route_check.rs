@@ -1,6 +1,6 @@
 //! `relattn route --check`: ask a worker for its implementation's routing decision on every
 //! capability of the routing table and every shape of the routing trials, and compare each
-//! answer with relattn's model. Every disagreement is put in the bug classes of SPEC section 5
+//! answer with relattn's model. Every disagreement is put in the bug classes of docs/operator.md section 5
 //! it shows. No GPU is needed: the capability is mocked inside the worker.
 //!
 //! A worker may answer `unsupported` for a capability it has no route for (the `triton`
@@ -16,10 +16,10 @@ use relattn_routing::{decide, lookup, table, Capability, Decision, Shape};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// A disagreement's bug class (SPEC section 5), with the text reports print.
+/// A disagreement's bug class (docs/operator.md section 5), with the text reports print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
-    /// num_splits > 1 handed to an architecture without split-KV (SPEC 5, class 2).
+    /// num_splits > 1 handed to an architecture without split-KV (docs/operator.md section 5, class 2).
     SplitKvWithoutSupport,
     /// Routed to another architecture family's path (class 3).
     FamilyMisclassified,
@@ -29,7 +29,7 @@ pub enum Class {
     WronglyRejected,
     /// Same path, another split count, on an architecture that has split-KV.
     NumSplitsDiffer,
-    /// The fallback path's split-KV decode: another split count than SPEC 4.3's (1 when the
+    /// The fallback path's split-KV decode: another split count than docs/operator.md section 4.3's (1 when the
     /// decode kernel does not run), as the worker reports it (`decode_splits`).
     DecodeSplitsDiffer,
 }
@@ -49,13 +49,13 @@ impl Class {
     pub fn text(self) -> &'static str {
         match self {
             Class::SplitKvWithoutSupport => {
-                "split-KV handed to an architecture without it (SPEC 5, class 2)"
+                "split-KV handed to an architecture without it (docs/operator.md section 5, class 2)"
             }
-            Class::FamilyMisclassified => "capability family misclassified (SPEC 5, class 3)",
-            Class::NotRejected => "unsupported architecture not rejected (SPEC 5, class 4)",
+            Class::FamilyMisclassified => "capability family misclassified (docs/operator.md section 5, class 3)",
+            Class::NotRejected => "unsupported architecture not rejected (docs/operator.md section 5, class 4)",
             Class::WronglyRejected => "supported architecture rejected",
-            Class::NumSplitsDiffer => "num_splits differs from SPEC 4.1",
-            Class::DecodeSplitsDiffer => "split-KV decode differs from SPEC 4.3",
+            Class::NumSplitsDiffer => "num_splits differs from docs/operator.md section 4.1",
+            Class::DecodeSplitsDiffer => "split-KV decode differs from docs/operator.md section 4.3",
         }
     }
 }
@@ -359,7 +359,7 @@ mod tests {
     #[test]
     fn the_decode_policy_is_compared_where_the_worker_reports_it() {
         let sm86 = Capability::new(8, 6);
-        // A local decode over 8192 keys at page 16: SPEC 4.3 takes the split-KV decode (4
+        // A local decode over 8192 keys at page 16: docs/operator.md section 4.3 takes the split-KV decode (4
         // splits: the window's 512 keys in 128s) because max_kv_len >= 8192 comes first.
         let s = shape(1, 8192, true);
         let m = decide(sm86, &s);

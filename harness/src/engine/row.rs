@@ -173,7 +173,7 @@ pub(super) fn error(row: &mut Row, message: String) {
     row.message = message;
 }
 
-/// SPEC section 6's verdict on `run`, an output for `problem` (the case's inputs, or a variant
+/// docs/operator.md section 6's verdict on `run`, an output for `problem` (the case's inputs, or a variant
 /// of them with the same output), against the case's references.
 pub(super) fn verdict(
     problem: &Problem,
@@ -192,7 +192,7 @@ pub(super) fn verdict(
     )
 }
 
-/// A run's result into the row: judged by SPEC section 6 when there is an output.
+/// A run's result into the row: judged by docs/operator.md section 6 when there is an output.
 pub(super) fn record_run(
     row: &mut Row,
     case: &Case,
@@ -242,7 +242,7 @@ pub(super) fn record_run(
         row.params.insert("sanitize".into(), checked.tool.clone());
         if let Some(errors) = &checked.errors {
             row.message = if row.status == Status::Pass {
-                format!("{errors}; the output passes SPEC 6")
+                format!("{errors}; the output passes docs/operator.md section 6")
             } else {
                 format!("{errors}; the output also fails: {}", row.message)
             };

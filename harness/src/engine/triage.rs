@@ -10,7 +10,7 @@
 //! 1. `again`: the same inputs once more: a pass means the result is not reproducible (`flaky`);
 //! 2. `finite_unread`: every value no real row reads (unused and pre-window pages, padding rows,
 //!    bias cells past the visible distances) finite instead of NaN: a pass means the trial fails
-//!    only through NaN read from memory it must not read (`nan_leak`, SPEC section 5, class 7);
+//!    only through NaN read from memory it must not read (`nan_leak`, docs/operator.md section 5, class 7);
 //! 3. `splits_1`: where the run split the KV sequence, one split (on the finite inputs when the
 //!    case had NaN): a pass means the split path or its combine is wrong (`split_combine`).
 //!
@@ -28,7 +28,7 @@ use relattn_reports::Row;
 pub const CAUSES: [(&str, &str); 6] = [
     (
         "nan_leak",
-        "passes with every unread slot finite: NaN leaks from memory no row may read (SPEC section 5, class 7)",
+        "passes with every unread slot finite: NaN leaks from memory no row may read (docs/operator.md section 5, class 7)",
     ),
     (
         "split_combine",

@@ -162,11 +162,11 @@ fn check_verdicts(out: &Output, rows: &[Value], target: &str) {
             assert_eq!(r["status"], "fail", "{r}");
             assert!(
                 m.starts_with(
-                    "out-of-bounds access (SPEC 5, class 5): compute-sanitizer memcheck reported \
+                    "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer memcheck reported \
                      1 error(s) while this trial ran; the first: Invalid __global__ read of size 2 \
                      bytes; at score_mod_rel_bias+0x1a30; by thread (5,0,0) in block (0,3,1); \
                      Address 0x7f12c0000200 is out of bounds; and is 1 bytes after the nearest \
-                     allocation at 0x7f12c0000000 of size 511 bytes; the output passes SPEC 6"
+                     allocation at 0x7f12c0000000 of size 511 bytes; the output passes docs/operator.md section 6"
                 ),
                 "{m}"
             );

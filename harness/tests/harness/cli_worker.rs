@@ -653,7 +653,7 @@ fn triton_route_check_answers_the_proposed_sm8x_route() {
     let out = relattn_env(&["route", "--check", "--impl", "triton"], &env);
     let table = text(&out.stdout);
     assert!(
-        table.contains("split-KV decode differs from SPEC 4.3: 72 [proposed]")
+        table.contains("split-KV decode differs from docs/operator.md section 4.3: 72 [proposed]")
             && table.contains("[proposed] SM 8.0, 8.6, 8.7, 8.9: a proposed route, not in a release: vLLM PR #55078")
             && table.contains("not routed by the worker: vLLM PR #55078 moves only SM8x"),
         "{table}"

@@ -1,5 +1,5 @@
 //! Triage and expected failures without a GPU, through the leaky test worker (a kernel that
-//! leaks NaN from pre-window pages, SPEC section 5 class 7, like vLLM's ops on local layers): a
+//! leaks NaN from pre-window pages, docs/operator.md section 5 class 7, like vLLM's ops on local layers): a
 //! known bug stays green under `--xfail`, and a second defect in the same trials (windows one
 //! key short) turns the run red, and `report diff` red, even though the same trials fail.
 
@@ -12,7 +12,7 @@ const KNOWN: &str = r#"
 [[xfail]]
 filter = "path=leaky/leaky & layer=local"
 cause = "nan_leak"
-reason = "the leaky worker multiplies zero weights by NaN from pre-window pages (SPEC section 5, class 7)"
+reason = "the leaky worker multiplies zero weights by NaN from pre-window pages (docs/operator.md section 5, class 7)"
 "#;
 
 fn leaky(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, PathBuf) {

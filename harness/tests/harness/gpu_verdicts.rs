@@ -231,9 +231,9 @@ fn a_sanitizer_error_fails_the_trial_with_its_class() {
     assert_eq!(row.status, Status::Fail);
     assert!(
         row.message.starts_with(
-            "out-of-bounds access (SPEC 5, class 5): compute-sanitizer memcheck reported 1 \
+            "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer memcheck reported 1 \
              error(s) while this trial ran; the first: Invalid __global__ read of size 2 bytes; \
-             at k+0x10; the output passes SPEC 6; reproduce: relattn run"
+             at k+0x10; the output passes docs/operator.md section 6; reproduce: relattn run"
         ),
         "{}",
         row.message

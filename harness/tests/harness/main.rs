@@ -10,6 +10,7 @@ mod python;
 
 mod bad_inputs;
 mod ci_config;
+mod citations;
 mod cli_bench;
 mod cli_capture;
 mod cli_cases;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden cases for relattn-reference, from an independent NumPy implementation of SPEC section 1.
+"""Golden cases for relattn-reference, from an independent NumPy implementation of docs/operator.md section 1.
 
 Each case is one safetensors file in the case-file format (format_version 1): tensors q,
 key_cache, value_cache ([num_blocks, page, Hkv, D], contiguous), rel_logits, block_table,
@@ -38,7 +38,7 @@ def rms_one(rng, shape):
 
 def attention(q, key_cache, value_cache, rel_logits, block_table, seqused_k, cu_seqlens_q,
               scale, rel_extent, window_left):
-    """SPEC section 1 in f64, one (row, head) at a time, reading only visible keys."""
+    """docs/operator.md section 1 in f64, one (row, head) at a time, reading only visible keys."""
     n_rows, heads, dim = q.shape
     page, kv_heads = key_cache.shape[1], key_cache.shape[2]
     group = heads // kv_heads

@@ -2,9 +2,9 @@
 
 use relattn_reference::gen::{BiasMode, GenSpec, PageMode};
 
-/// Global layers' `E` (SPEC section 1).
+/// Global layers' `E` (docs/operator.md section 1).
 pub(super) const GLOBAL_EXTENT: usize = 1024;
-/// Local layers' `E = local_extent` (SPEC section 1).
+/// Local layers' `E = local_extent` (docs/operator.md section 1).
 pub(super) const LOCAL_EXTENT: usize = 512;
 
 /// Named presets: (name, what it is).
