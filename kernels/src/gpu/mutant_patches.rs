@@ -2,6 +2,43 @@
 
 use super::mutant::{Mutant, Patch};
 
+// Text that more than one defect edits or writes, kept once.
+/// The fallback kernel's checked load of a bias cell.
+const FALLBACK_REL_LOAD: &str = r#"            check_index(this->rel_row + d, p.rel_size);
+            b = to_f32(cu.at[-x]);
+"#;
+/// The score_mod kernel's checked gather of a bias cell.
+const SCORE_MOD_REL_LOAD: &str = r#"            check_index(this->rel_row + dc, p.rel_size);
+            gathered = to_f32(cu.at[-x]);
+"#;
+/// The same gather without the index check.
+const SCORE_MOD_REL_LOAD_UNCHECKED: &str = r#"            gathered = ld_rel<T>(p, this->rel_row + dc);
+"#;
+/// Where a query row's bias cells start (int).
+const REL_ROW: &str = r#"        rel_row = (t * p.H + h) * p.E;
+"#;
+/// Where a query row's bias cells start (64-bit).
+const REL_ROW_I64: &str = r#"        const i64 rel_row = (t * p.H + h) * p.E;
+"#;
+/// An output row's head: query head g of KV head kvh.
+const PLACE_HEAD: &str = r#"        place(p, c, vr, c.kvh * p.G + g);
+"#;
+/// The same with the head index's two parts swapped.
+const PLACE_HEAD_SWAPPED: &str = r#"        place(p, c, vr, g * p.Hkv + c.kvh);
+"#;
+/// A softmax weight.
+const EXP_WEIGHT: &str = r#"            w = expf(e);
+"#;
+/// A softmax weight (a constant of its loop).
+const EXP_WEIGHT_CONST: &str = r#"                    const float w = expf(e);
+"#;
+/// The rescale factor of the running sum.
+const ALPHA_EXP2: &str = r#"        alpha[r] = fast_exp2(drop);
+"#;
+/// An output row's head with groups of 8.
+const PLACE_HEAD_G8: &str = r#"        place(p, c, vr, c.kvh * 8 + g);
+"#;
+
 /// The edits that plant each defect, generated from the CUDA sources once and kept by hand
 /// since: each `from` must occur exactly once in its file (a test checks it).
 pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
@@ -9,19 +46,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::RelIndexMinusOne => &[
             Patch {
                 file: "fallback.cu",
-                from: r#"            check_index(this->rel_row + d, p.rel_size);
-            b = to_f32(cu.at[-x]);
-"#,
+                from: FALLBACK_REL_LOAD,
                 to: r#"            b = ld_rel<T>(p, this->rel_row + min(max(d - 1, 0), clamp_i32(p.E) - 1));
 "#,
             },
             Patch {
                 file: "score_mod.cu",
-                from: r#"            check_index(this->rel_row + dc, p.rel_size);
-            gathered = to_f32(cu.at[-x]);
-"#,
-                to: r#"            gathered = ld_rel<T>(p, this->rel_row + dc);
-"#,
+                from: SCORE_MOD_REL_LOAD,
+                to: SCORE_MOD_REL_LOAD_UNCHECKED,
             },
             Patch {
                 file: "query_bias.cuh",
@@ -55,19 +87,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::BiasAtExtent => &[
             Patch {
                 file: "fallback.cu",
-                from: r#"            check_index(this->rel_row + d, p.rel_size);
-            b = to_f32(cu.at[-x]);
-"#,
+                from: FALLBACK_REL_LOAD,
                 to: r#"            b = ld_rel<T>(p, this->rel_row + min(d, clamp_i32(p.E) - 1));
 "#,
             },
             Patch {
                 file: "score_mod.cu",
-                from: r#"            check_index(this->rel_row + dc, p.rel_size);
-            gathered = to_f32(cu.at[-x]);
-"#,
-                to: r#"            gathered = ld_rel<T>(p, this->rel_row + dc);
-"#,
+                from: SCORE_MOD_REL_LOAD,
+                to: SCORE_MOD_REL_LOAD_UNCHECKED,
             },
             Patch {
                 file: "params.cuh",
@@ -101,15 +128,13 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::LocalRowBias => &[
             Patch {
                 file: "rel_row.cuh",
-                from: r#"        rel_row = (t * p.H + h) * p.E;
-"#,
+                from: REL_ROW,
                 to: r#"        rel_row = ((i64)i * p.H + h) * p.E;
 "#,
             },
             Patch {
                 file: "sheared_bias.cu",
-                from: r#"        const i64 rel_row = (t * p.H + h) * p.E;
-"#,
+                from: REL_ROW_I64,
                 to: r#"        const i64 rel_row = (i * p.H + h) * p.E;
 "#,
             },
@@ -117,31 +142,25 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::KvHeadModulo => &[
             Patch {
                 file: "rel_row.cuh",
-                from: r#"        place(p, c, vr, c.kvh * p.G + g);
-"#,
-                to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
-"#,
+                from: PLACE_HEAD,
+                to: PLACE_HEAD_SWAPPED,
             },
             Patch {
                 file: "sheared_bias.cu",
-                from: r#"        place(p, c, vr, c.kvh * p.G + g);
-"#,
-                to: r#"        place(p, c, vr, g * p.Hkv + c.kvh);
-"#,
+                from: PLACE_HEAD,
+                to: PLACE_HEAD_SWAPPED,
             },
         ],
         Mutant::CombineNoRescale => &[
             Patch {
                 file: "combine.cuh",
-                from: r#"            w = expf(e);
-"#,
+                from: EXP_WEIGHT,
                 to: r#"            w = 1.f;
 "#,
             },
             Patch {
                 file: "fallback.cu",
-                from: r#"                    const float w = expf(e);
-"#,
+                from: EXP_WEIGHT_CONST,
                 to: r#"                    const float w = 1.f;
 "#,
             },
@@ -187,30 +206,26 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         }],
         Mutant::SoftmaxReset => &[Patch {
             file: "softmax.cuh",
-            from: r#"        alpha[r] = fast_exp2(drop);
-"#,
+            from: ALPHA_EXP2,
             to: r#"        alpha[r] = 0.f;
 "#,
         }],
         Mutant::RescaleClamped => &[Patch {
             file: "softmax.cuh",
-            from: r#"        alpha[r] = fast_exp2(drop);
-"#,
+            from: ALPHA_EXP2,
             to: r#"        alpha[r] = fast_exp2(fmaxf(drop, -8.f));
 "#,
         }],
         Mutant::CombineClamped => &[
             Patch {
                 file: "combine.cuh",
-                from: r#"            w = expf(e);
-"#,
+                from: EXP_WEIGHT,
                 to: r#"            w = expf(fmaxf(e, -4.f));
 "#,
             },
             Patch {
                 file: "fallback.cu",
-                from: r#"                    const float w = expf(e);
-"#,
+                from: EXP_WEIGHT_CONST,
                 to: r#"                    const float w = expf(fmaxf(e, -4.f));
 "#,
             },
@@ -239,31 +254,25 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         Mutant::GroupFixedEight => &[
             Patch {
                 file: "rel_row.cuh",
-                from: r#"        place(p, c, vr, c.kvh * p.G + g);
-"#,
-                to: r#"        place(p, c, vr, c.kvh * 8 + g);
-"#,
+                from: PLACE_HEAD,
+                to: PLACE_HEAD_G8,
             },
             Patch {
                 file: "sheared_bias.cu",
-                from: r#"        place(p, c, vr, c.kvh * p.G + g);
-"#,
-                to: r#"        place(p, c, vr, c.kvh * 8 + g);
-"#,
+                from: PLACE_HEAD,
+                to: PLACE_HEAD_G8,
             },
         ],
         Mutant::BiasOfKvHead => &[
             Patch {
                 file: "rel_row.cuh",
-                from: r#"        rel_row = (t * p.H + h) * p.E;
-"#,
+                from: REL_ROW,
                 to: r#"        rel_row = (t * p.H + c.kvh) * p.E;
 "#,
             },
             Patch {
                 file: "sheared_bias.cu",
-                from: r#"        const i64 rel_row = (t * p.H + h) * p.E;
-"#,
+                from: REL_ROW_I64,
                 to: r#"        const i64 rel_row = (t * p.H + h / p.G) * p.E;
 "#,
             },
@@ -309,8 +318,7 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
         ],
         Mutant::PiecesNoRescale => &[Patch {
             file: "fallback.cu",
-            from: r#"                    const float w = expf(e);
-"#,
+            from: EXP_WEIGHT_CONST,
             to: r#"                    const float w = to_slot >= 0 ? 1.f : expf(e);
 "#,
         }],
