@@ -414,20 +414,27 @@ def bucket_max_seqlen_q(n):
 _BLOCK_ELEMENTS = 1 << 22
 
 
-def attention_numpy(case, precision="f32"):
-    """The operator of docs/operator.md section 1 on the CPU: [T, H, D] float32, NaN in the padding rows.
+def attention_numpy(case, precision="f32", window_left=None, from_key_0=False):
+    """The operator of docs/operator.md section 1 on the CPU: [T, H, D] float32, NaN in the
+    padding rows.
 
     precision "f32": scores, bias, softmax and P*V in float32 from the stored values (as a flash
     kernel computes them, without rounding P to the dtype); "f64": everything in float64.
     Work is vectorised per request and KV head: the request's keys are gathered through the block
     table once, and only the keys some query can see (the window's span on local layers).
+
+    The test workers plant their defects through the last two: `window_left` in place of the
+    case's, and `from_key_0` to walk every key from 0 as a leaking kernel does, multiplying the
+    zero weights of the keys before the window by their values (NaN there gives NaN:
+    docs/operator.md section 5, class 7).
     """
     if precision not in ("f32", "f64"):
         raise ValueError(f"precision must be 'f32' or 'f64', not {precision!r}")
     ft = np.float32 if precision == "f32" else np.float64
     T, H, D, E, Hkv = case.T, case.H, case.D, case.E, case.Hkv
     G = H // Hkv
-    scale, window = ft(case.softmax_scale), case.window_left
+    scale = ft(case.softmax_scale)
+    window = case.window_left if window_left is None else window_left
     out = np.full((T, H, D), np.nan, np.float32)
     cu = case.cu_seqlens_q.astype(np.int64)
     for b in range(case.B):
@@ -437,7 +444,7 @@ def attention_numpy(case, precision="f32"):
             continue
         prefix = lk - lq
         # The first key any query of this request can see: the window's left end of query 0.
-        first = max(0, prefix - window) if window >= 0 else 0
+        first = max(0, prefix - window) if window >= 0 and not from_key_0 else 0
         keys, values = case.request_keys(b, first)
         # Per KV head, contiguous [keys, D]: plain 2-D products go to BLAS (stacked ones do not).
         keys = [np.ascontiguousarray(keys[:, g, :], dtype=ft) for g in range(Hkv)]

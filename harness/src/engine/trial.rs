@@ -164,7 +164,7 @@ impl Step {
         runners: &Runners<'_>,
         set: &CaseSet,
     ) -> Row {
-        let (mut row, started, kept) = match self {
+        let (mut row, started, mut kept) = match self {
             Step::Done { row, started: None } => return *row,
             Step::Done {
                 row,
@@ -210,7 +210,6 @@ impl Step {
                 }
             }
         };
-        let mut kept = kept;
         if let Some(x) = runners.xfail {
             x.apply(trial, &mut row);
             // An expected failure keeps no files: the report's room is for new failures.
