@@ -261,8 +261,8 @@ pub fn parse(text: &str) -> Reports {
     out
 }
 
-/// The failure message of a trial with `reports`: its class first (docs/operator.md section 5 class 5 is the
-/// out-of-range read this check is for), the count, the first report.
+/// The failure message of a trial with `reports`: its class first (docs/operator.md section 5 class
+/// 5 is the out-of-range read this check is for), the count, the first report.
 pub fn failure_message(tool: &str, reports: &Reports) -> String {
     format!(
         "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer {tool} reported {} error(s) \

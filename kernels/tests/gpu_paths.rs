@@ -1,9 +1,9 @@
-//! Every GPU path against the f64 reference with docs/operator.md section 6's bound, under forced and policy
-//! split counts, with and without the bounds check; the decode merges right and deterministic
-//! over launches; the defect only the bounds check sees trapped in a child process; the
-//! compile-only check over all architectures. Every planted defect caught is the `ci` tier's
-//! (`relattn mutants`, the `mutants::` trial of the harness's `cargo test`).
-//! Timing is `relattn bench`'s.
+//! Every GPU path against the f64 reference with docs/operator.md section 6's bound, under forced
+//! and policy split counts, with and without the bounds check; the decode merges right and
+//! deterministic over launches; the defect only the bounds check sees trapped in a child process;
+//! the compile-only check over all architectures. Every planted defect caught is the `ci` tier's
+//! (`relattn mutants`, the `mutants::` trial of the harness's `cargo test`). Timing is `relattn
+//! bench`'s.
 //!
 //! Needs an NVIDIA GPU with driver and NVRTC:
 //! `cargo test -p relattn-kernels --test gpu_paths -- --ignored --test-threads 1 --nocapture`
@@ -105,9 +105,9 @@ fn split_settings(path: PathId, p: &Problem) -> Vec<SplitSetting> {
     }
 }
 
-/// docs/operator.md section 6 on the real rows, by the judge `relattn run` uses, with the default tolerance
-/// of the case's dtype: Ok(worst error-to-bound ratio) or why it fails. Elements still holding
-/// the unwritten poison are named first (the judge sees them only as non-finite).
+/// docs/operator.md section 6 on the real rows, by the judge `relattn run` uses, with the default
+/// tolerance of the case's dtype: Ok(worst error-to-bound ratio) or why it fails. Elements still
+/// holding the unwritten poison are named first (the judge sees them only as non-finite).
 fn judge(case: &Case, run: &GpuRun) -> Result<f64, String> {
     if run.unwritten > 0 {
         return Err(format!(

@@ -1,5 +1,5 @@
-//! Routing states docs/operator.md section 1's window rule on its own (it depends on no other crate of the
-//! workspace); here it is held to the reference's `Window`, which the oracle uses.
+//! Routing states docs/operator.md section 1's window rule on its own (it depends on no other crate
+//! of the workspace); here it is held to the reference's `Window`, which the oracle uses.
 
 use relattn_kernels::routing::{is_local, visible_len, window_spans_extent};
 use relattn_reference::{window_spans_extent as reference_spans, Window};

@@ -68,7 +68,8 @@ impl FromStr for Layer {
             )
         };
         let number = |t: &str| t.parse::<usize>().map_err(|_| usage());
-        // A window is an i64 (docs/operator.md's `window_left`): larger numbers are refused, not wrapped.
+        // A window is an i64 (docs/operator.md's `window_left`): larger numbers are refused, not
+        // wrapped.
         let window = |t: &str| t.parse::<i64>().ok().filter(|w| *w >= 0).ok_or_else(usage);
         let layer = if let Some(rest) = s.strip_prefix("global_e") {
             Layer::global(number(rest)?)

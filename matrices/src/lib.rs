@@ -45,8 +45,8 @@ use std::path::Path;
 /// The built-in tiers, cheapest first.
 pub const TIERS: &[&str] = &["smoke", "ci", "nightly", "regressions"];
 
-/// The bug classes of docs/operator.md section 5 (items 1-8, then the "plausible classes"), each with the
-/// bug it stands for. Every class has exactly one case in the `regressions` tier.
+/// The bug classes of docs/operator.md section 5 (items 1-8, then the "plausible classes"), each
+/// with the bug it stands for. Every class has exactly one case in the `regressions` tier.
 pub const REGRESSION_CLASSES: &[(&str, &str)] = &[
     (
         "wrong_arch_entry",

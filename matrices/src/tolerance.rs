@@ -1,6 +1,6 @@
-//! Judgement constants per dtype (docs/operator.md section 6) as matrix files set them: a matrix file may
-//! override any of the defaults (`Tolerance::default_for`, relattn_reference::judge) in its own
-//! `[tolerance.<dtype>]` table.
+//! Judgement constants per dtype (docs/operator.md section 6) as matrix files set them: a matrix
+//! file may override any of the defaults (`Tolerance::default_for`, relattn_reference::judge) in
+//! its own `[tolerance.<dtype>]` table.
 
 use crate::error::MatrixError;
 use relattn_reference::judge::Tolerance;
@@ -49,7 +49,8 @@ pub(crate) fn apply(
         ];
         for (key, value, slot, positive) in fields {
             let Some(v) = value else { continue };
-            // A zero atol would make the bound zero where ref_lp equals ref64 (docs/operator.md section 6).
+            // A zero atol would make the bound zero where ref_lp equals ref64 (docs/operator.md
+            // section 6).
             let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
             if !ok {
                 let need = if positive {

@@ -1,5 +1,6 @@
-//! Same-precision emulation of a flash kernel (docs/operator.md section 6): what a correct GPU kernel in the
-//! case dtype computes, so its distance from the f64 reference sets the tolerance scale.
+//! Same-precision emulation of a flash kernel (docs/operator.md section 6): what a correct GPU
+//! kernel in the case dtype computes, so its distance from the f64 reference sets the tolerance
+//! scale.
 //!
 //! Choices where the spec leaves freedom (a kernel's own order of operations):
 //! - inputs as stored (the dtype values); `dot` sums `q[c] * k[c]` in f32 over 8 interleaved

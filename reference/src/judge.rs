@@ -1,5 +1,5 @@
-//! Judging a GPU result against the reference (docs/operator.md section 6): the judge every command and
-//! test uses, and the one tolerance type it takes, with the defaults of each dtype.
+//! Judging a GPU result against the reference (docs/operator.md section 6): the judge every command
+//! and test uses, and the one tolerance type it takes, with the defaults of each dtype.
 
 mod text;
 
@@ -21,8 +21,8 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
-    /// docs/operator.md section 6's defaults for `dtype`, the only place they are written down: `rtol = 2`,
-    /// `atol` the dtype's spacing at 1.0 (so rule (a)'s bound is never zero), and
+    /// docs/operator.md section 6's defaults for `dtype`, the only place they are written down:
+    /// `rtol = 2`, `atol` the dtype's spacing at 1.0 (so rule (a)'s bound is never zero), and
     /// `atol2 = rtol2` = 2e-2 (bf16), 5e-3 (fp16), 1e-5 (fp32), so rule (b) is never looser than
     /// vLLM's flat check. A matrix file may override any of them (`[tolerance.<dtype>]`).
     pub fn default_for(dtype: DType) -> Tolerance {

@@ -4,7 +4,8 @@
 //! reference, `fast` the blocked f64 one, `emulate` the same-precision emulation of flash kernels,
 //! `sample` the sampled-row mode, `progress` the callback long computations report to, and `casefile` the safetensors case and output files; `finite` tells whether a case's inputs are finite where real rows read them; `limits`
 //! holds the size limits of every input; `judge` is
-//! docs/operator.md section 6's judge of a GPU output, with its tolerance type and each dtype's defaults.
+//! docs/operator.md section 6's judge of a GPU output, with its tolerance type and each dtype's
+//! defaults.
 #![deny(unsafe_code)]
 
 pub mod batch;

@@ -1,10 +1,12 @@
-//! The naive f64 oracle: plain loops over rows, heads and visible keys (docs/operator.md section 1).
+//! The naive f64 oracle: plain loops over rows, heads and visible keys (docs/operator.md section
+//! 1).
 //!
 //! Obviously right rather than fast; used for small cases and to check `fast`. Only visible
 //! keys and real rows are ever read, so poisoned (NaN) slots and padding rows cannot leak.
 //!
-//! Also the per-key-range partials and their LSE merge (docs/operator.md section 4.3), which split-KV kernels rely
-//! on: merging the partials of disjoint key ranges that cover every key equals the whole.
+//! Also the per-key-range partials and their LSE merge (docs/operator.md section 4.3), which
+//! split-KV kernels rely on: merging the partials of disjoint key ranges that cover every key
+//! equals the whole.
 
 use crate::output::RefOutput;
 use crate::problem::{Problem, Request};
@@ -93,9 +95,9 @@ fn row_head(
     (acc, m + sum.ln())
 }
 
-/// Merge full-mode partials of disjoint key ranges by their LSE (docs/operator.md section 4.3): per (row, head),
-/// over the partials with a finite LSE, `m = max lse_s`, `out = sum_s e^(lse_s - m) o_s /
-/// sum_s e^(lse_s - m)`, `lse = m + ln(sum_s e^(lse_s - m))`. Padding rows come out 0, as in
+/// Merge full-mode partials of disjoint key ranges by their LSE (docs/operator.md section 4.3): per
+/// (row, head), over the partials with a finite LSE, `m = max lse_s`, `out = sum_s e^(lse_s - m)
+/// o_s / sum_s e^(lse_s - m)`, `lse = m + ln(sum_s e^(lse_s - m))`. Padding rows come out 0, as in
 /// `attention`; a real (row, head) that no partial covers gets `out` 0 and `lse` -inf.
 ///
 /// Returns None when the partials are not all full-mode outputs of `p`'s shape.

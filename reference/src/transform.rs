@@ -82,7 +82,8 @@ pub fn split_request(p: &Problem, b: usize, first_len: usize) -> Option<Problem>
 /// case puts in unused and pre-window pages, padding rows and bias cells past the visible
 /// distances (a case file may hold NaN only there too: `finite.rs`). The output must not change,
 /// so a kernel that passes on this problem and fails on the original leaks NaN from memory it
-/// must not read (docs/operator.md section 5, class 7). None when the problem holds no non-finite value.
+/// must not read (docs/operator.md section 5, class 7). None when the problem holds no non-finite
+/// value.
 pub fn finite_unread(p: &Problem) -> Option<Problem> {
     let finite = |x: &f32| x.is_finite();
     if p.q.iter().all(finite) && p.rel_logits.iter().all(finite) && p.kv.iter().all(finite) {

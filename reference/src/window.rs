@@ -1,6 +1,7 @@
-//! The window rule of docs/operator.md section 1 in one place. On a local layer the query at position `pos` sees key
-//! `j` when `d = pos - j` lies in `[0, window_left]`; on a global layer (`window_left < 0`, the
-//! `-1` of the operator's signature and of the files) every `d >= 0` is visible.
+//! The window rule of docs/operator.md section 1 in one place. On a local layer the query at
+//! position `pos` sees key `j` when `d = pos - j` lies in `[0, window_left]`; on a global layer
+//! (`window_left < 0`, the `-1` of the operator's signature and of the files) every `d >= 0` is
+//! visible.
 
 /// A layer's window, from its `window_left`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,4 +1,5 @@
-//! Property tests of the references over random small problems (docs/operator.md section 1 invariants).
+//! Property tests of the references over random small problems (docs/operator.md section 1
+//! invariants).
 
 mod common;
 

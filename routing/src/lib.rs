@@ -1,6 +1,6 @@
 //! relattn-routing: compute capability -> GPU path, and the policies that go with it
-//! (docs/operator.md sections 3 and 4). Pure functions of plain values, so everything here is testable without a
-//! GPU; the kernels crate re-exports this crate as `relattn_kernels::routing`.
+//! (docs/operator.md sections 3 and 4). Pure functions of plain values, so everything here is
+//! testable without a GPU; the kernels crate re-exports this crate as `relattn_kernels::routing`.
 //!
 //! The table (`table()`) is data; `decide` combines a row with the policies for one shape, which
 //! is what `relattn route` prints.
@@ -59,9 +59,9 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// Checks what the operator requires of these values (docs/operator.md sections 1 and 2): positive sizes,
-    /// whole GQA groups, `Lk >= Lq`, lengths that fit the operator's int32 metadata, and a window
-    /// exactly on local layers.
+    /// Checks what the operator requires of these values (docs/operator.md sections 1 and 2):
+    /// positive sizes, whole GQA groups, `Lk >= Lq`, lengths that fit the operator's int32
+    /// metadata, and a window exactly on local layers.
     pub fn validate(&self) -> Result<(), RoutingError> {
         let bad = |m: String| Err(RoutingError::BadShape(m));
         let sizes = [

@@ -1,28 +1,29 @@
-//! What each path can take, wherever it runs, stated once (docs/operator.md section 3): every limit a case or
-//! a split count can break, with the reason a refused launch or a skipped trial gives. The launch
-//! plans check a problem against it before they launch anything, and the matrices skip the
-//! trials it refuses, so the two cannot disagree.
+//! What each path can take, wherever it runs, stated once (docs/operator.md section 3): every limit
+//! a case or a split count can break, with the reason a refused launch or a skipped trial gives.
+//! The launch plans check a problem against it before they launch anything, and the matrices skip
+//! the trials it refuses, so the two cannot disagree.
 
 use crate::splits::SHEAR_TILE;
 use crate::{table, window, Outcome, PathId};
 use serde::Serialize;
 use std::fmt;
 
-/// The only head dim the kernels are built for (the model's, docs/operator.md section 1); mirrors `HEAD_DIM` in
-/// kernels/cuda/constants.cuh.
+/// The only head dim the kernels are built for (the model's, docs/operator.md section 1); mirrors
+/// `HEAD_DIM` in kernels/cuda/constants.cuh.
 pub const HEAD_DIM: usize = 128;
 
-/// Most KV splits sheared_bias combines: the largest `max_split` of docs/operator.md section 4.1, so every count its
-/// production policy picks, and the forced counts the matrices give it.
+/// Most KV splits sheared_bias combines: the largest `max_split` of docs/operator.md section 4.1,
+/// so every count its production policy picks, and the forced counts the matrices give it.
 pub const SHEARED_MAX_SPLITS: usize = 128;
 
 /// Most KV splits fallback's two-stage decode kernel takes, forced or not. Its policy picks at most
-/// 32 (docs/operator.md section 4.3), but forced trials may use any count (docs/operator.md section 4.2), and the kernel has no split
-/// limit of its own: the launch sizes the workspace (a partial per split, or per piece of a split)
-/// and the counters (`B x Hkv x (1 + splits)`) from the count, and the merges (`merge_group` in
-/// fallback.cu) loop over any number of partials. Its one bound is the launch grid: a CTA per
-/// split or piece on the grid's x dimension, at most 2^31 - 1, which also bounds the kernel's
-/// 32-bit split counts. `plan_launches` refuses a count whose pieces overflow that dimension.
+/// 32 (docs/operator.md section 4.3), but forced trials may use any count (docs/operator.md section
+/// 4.2), and the kernel has no split limit of its own: the launch sizes the workspace (a partial
+/// per split, or per piece of a split) and the counters (`B x Hkv x (1 + splits)`) from the count,
+/// and the merges (`merge_group` in fallback.cu) loop over any number of partials. Its one bound is
+/// the launch grid: a CTA per split or piece on the grid's x dimension, at most 2^31 - 1, which
+/// also bounds the kernel's 32-bit split counts. `plan_launches` refuses a count whose pieces
+/// overflow that dimension.
 pub const FALLBACK_MAX_SPLITS: usize = i32::MAX as usize;
 
 /// What a path can take, independent of the architecture it runs on.

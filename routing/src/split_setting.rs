@@ -5,7 +5,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// How many KV splits a trial uses: the path's own policy (docs/operator.md section 4.1 / 4.3), or a forced count.
+/// How many KV splits a trial uses: the path's own policy (docs/operator.md section 4.1 / 4.3), or
+/// a forced count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SplitSetting {
     Policy,

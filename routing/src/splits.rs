@@ -1,8 +1,8 @@
 //! Which keys each KV split of a request covers, as the paths' kernels compute it: sheared_bias
 //! cuts the keys into whole 128-key tiles (sheared_bias.cu), the fallback decode kernel into the
-//! 32-aligned splits of docs/operator.md section 4.3 (fallback.cu). The launch plans and the tests use these
-//! functions; the kernels mirror them. Every function is total: sizes past any real case give a
-//! defined answer instead of an overflow.
+//! 32-aligned splits of docs/operator.md section 4.3 (fallback.cu). The launch plans and the tests
+//! use these functions; the kernels mirror them. Every function is total: sizes past any real case
+//! give a defined answer instead of an overflow.
 
 use crate::window::visible_len;
 use std::ops::Range;
@@ -36,11 +36,11 @@ pub fn decode_split_len(eff: usize, splits: usize) -> usize {
 }
 
 /// Absolute keys of decode split `s` of a request with `kv_len` keys cut into `splits` splits
-/// (docs/operator.md section 4.3), or None when the split is empty: the request's `eff = visible_len(kv_len,
-/// window_left)` keys start at `kv_offset = kv_len - eff`; split s covers
-/// `kv_offset + [s * split_len, min((s + 1) * split_len, eff))` and is empty iff
-/// `s * split_len >= eff`. So the non-empty splits are the first `ceil(eff / split_len)`, and
-/// together they are `[kv_offset, kv_len)` in order.
+/// (docs/operator.md section 4.3), or None when the split is empty: the request's `eff =
+/// visible_len(kv_len, window_left)` keys start at `kv_offset = kv_len - eff`; split s covers
+/// `kv_offset + [s * split_len, min((s + 1) * split_len, eff))` and is empty iff `s * split_len >=
+/// eff`. So the non-empty splits are the first `ceil(eff / split_len)`, and together they are
+/// `[kv_offset, kv_len)` in order.
 pub fn decode_split_keys(
     kv_len: usize,
     window_left: i64,

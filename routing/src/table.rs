@@ -1,6 +1,6 @@
-//! The routing table, kept as data (docs/operator.md section 3): supporting a new architecture means adding or
-//! editing a row here, not adding a guard somewhere else. What each path itself can take is
-//! `path.rs`.
+//! The routing table, kept as data (docs/operator.md section 3): supporting a new architecture
+//! means adding or editing a row here, not adding a guard somewhere else. What each path itself can
+//! take is `path.rs`.
 
 use super::{Capability, PathId};
 use serde::Serialize;
@@ -25,9 +25,11 @@ pub struct ArchRow {
     pub outcome: Outcome,
     /// The production kernel can read the paged KV cache in its forward pass.
     pub paged_kv_forward: bool,
-    /// The production main kernel can split the KV range (docs/operator.md section 4.1; Blackwell datacenter only).
+    /// The production main kernel can split the KV range (docs/operator.md section 4.1; Blackwell
+    /// datacenter only).
     pub split_kv: bool,
-    /// The fallback path's two-stage split-KV decode kernel is available (docs/operator.md section 4.3).
+    /// The fallback path's two-stage split-KV decode kernel is available (docs/operator.md section
+    /// 4.3).
     pub split_kv_decode: bool,
     /// The production kernel uses sheared bias tiles.
     pub sheared_bias: bool,

@@ -1,7 +1,7 @@
-//! docs/operator.md section 1's window rule, as routing needs it: a local layer has `window_left >= 0` and its queries
-//! see keys at distances `0..=window_left`; any negative `window_left` (the operator's -1) is a
-//! global layer. `relattn_reference::Window` states the same rule for the oracle; a test of the
-//! kernels crate checks that the two agree.
+//! docs/operator.md section 1's window rule, as routing needs it: a local layer has `window_left >=
+//! 0` and its queries see keys at distances `0..=window_left`; any negative `window_left` (the
+//! operator's -1) is a global layer. `relattn_reference::Window` states the same rule for the
+//! oracle; a test of the kernels crate checks that the two agree.
 
 /// The most keys a query sees, `window_left + 1`, or `None` on a global layer.
 pub(crate) fn span(window_left: i64) -> Option<u64> {

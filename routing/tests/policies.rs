@@ -1,5 +1,5 @@
-//! The policies of docs/operator.md section 4 on tables of values computed by hand from the formulas (the
-//! arithmetic is in the comments), not by calling the code under test.
+//! The policies of docs/operator.md section 4 on tables of values computed by hand from the
+//! formulas (the arithmetic is in the comments), not by calling the code under test.
 
 use relattn_routing::{
     bucket_max_seqlen_q, decide, decode_split_count, decode_split_keys, lookup, num_splits,

@@ -1,5 +1,5 @@
-//! Invariants of routing and the policies over the whole input space (docs/operator.md section 4.2): properties, not
-//! examples.
+//! Invariants of routing and the policies over the whole input space (docs/operator.md section
+//! 4.2): properties, not examples.
 
 use proptest::prelude::*;
 use relattn_routing::{

@@ -1,5 +1,6 @@
 //! The split arithmetic the launch plans and the kernels share: sheared_bias's whole-tile splits
-//! and the decode splits of docs/operator.md section 4.3 (the hand-computed ranges are in policies.rs).
+//! and the decode splits of docs/operator.md section 4.3 (the hand-computed ranges are in
+//! policies.rs).
 
 use relattn_routing::{decode_split_keys, sheared_split_keys};
 

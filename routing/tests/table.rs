@@ -1,5 +1,5 @@
-//! The routing table against docs/operator.md section 3, written out by hand here (not derived from the
-//! table under test), plus the capability and path-id values and each path's constraints.
+//! The routing table against docs/operator.md section 3, written out by hand here (not derived from
+//! the table under test), plus the capability and path-id values and each path's constraints.
 
 use relattn_routing::{
     check_path, decide, lookup, path_spec, route, table, Capability, Outcome, PathCase, PathId,

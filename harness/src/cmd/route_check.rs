@@ -1,7 +1,7 @@
 //! `relattn route --check`: ask a worker for its implementation's routing decision on every
 //! capability of the routing table and every shape of the routing trials, and compare each
-//! answer with relattn's model. Every disagreement is put in the bug classes of docs/operator.md section 5
-//! it shows. No GPU is needed: the capability is mocked inside the worker.
+//! answer with relattn's model. Every disagreement is put in the bug classes of docs/operator.md
+//! section 5 it shows. No GPU is needed: the capability is mocked inside the worker.
 //!
 //! A worker may answer `unsupported` for a capability it has no route for (the `triton`
 //! worker routes only the SM8x GPUs a pull request moves): those shapes count as unanswered,
@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 /// A disagreement's bug class (docs/operator.md section 5), with the text reports print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
-    /// num_splits > 1 handed to an architecture without split-KV (docs/operator.md section 5, class 2).
+    /// num_splits > 1 handed to an architecture without split-KV (docs/operator.md section 5, class
+    /// 2).
     SplitKvWithoutSupport,
     /// Routed to another architecture family's path (class 3).
     FamilyMisclassified,
@@ -29,8 +30,8 @@ pub enum Class {
     WronglyRejected,
     /// Same path, another split count, on an architecture that has split-KV.
     NumSplitsDiffer,
-    /// The fallback path's split-KV decode: another split count than docs/operator.md section 4.3's (1 when the
-    /// decode kernel does not run), as the worker reports it (`decode_splits`).
+    /// The fallback path's split-KV decode: another split count than docs/operator.md section 4.3's
+    /// (1 when the decode kernel does not run), as the worker reports it (`decode_splits`).
     DecodeSplitsDiffer,
 }
 
@@ -359,8 +360,8 @@ mod tests {
     #[test]
     fn the_decode_policy_is_compared_where_the_worker_reports_it() {
         let sm86 = Capability::new(8, 6);
-        // A local decode over 8192 keys at page 16: docs/operator.md section 4.3 takes the split-KV decode (4
-        // splits: the window's 512 keys in 128s) because max_kv_len >= 8192 comes first.
+        // A local decode over 8192 keys at page 16: docs/operator.md section 4.3 takes the split-KV
+        // decode (4 splits: the window's 512 keys in 128s) because max_kv_len >= 8192 comes first.
         let s = shape(1, 8192, true);
         let m = decide(sm86, &s);
         assert_eq!(m.decode_splits, Some(4));

@@ -115,7 +115,7 @@ pub struct Args {
     /// 4 GiB of its memory; without, this run's cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     pub worker_processes: Option<u64>,
-    /// Expected failures: a TOML file of [[xfail]] entries (filter, cause, reason, strict); a
+    /// Expected failures: a TOML file of `[[xfail]]` entries (filter, cause, reason, strict); a
     /// trial an entry selects that fails for the expected cause is `xfail`, for another cause it
     /// stays a failure; passing, `xpass` (a `fail` when strict). Exit 0 when nothing but xfail
     /// failed.

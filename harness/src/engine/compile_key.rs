@@ -1,8 +1,8 @@
 //! Which worker trials share a kernel configuration, so a pool of worker processes compiles each
 //! configuration once per run: a JIT-compiled kernel (CuTe DSL, Triton) is specialised on the
 //! dtype, head counts and dim, page size, window, extent and the bucketed query length
-//! (docs/operator.md section 4.4), and on the split settings the case's trials force. A case's trials are
-//! one unit (one process, one case file); the queue hands units to a pool's processes.
+//! (docs/operator.md section 4.4), and on the split settings the case's trials force. A case's
+//! trials are one unit (one process, one case file); the queue hands units to a pool's processes.
 
 use crate::trial_list::Trial;
 use relattn_matrices::Case;

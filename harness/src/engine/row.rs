@@ -173,8 +173,8 @@ pub(super) fn error(row: &mut Row, message: String) {
     row.message = message;
 }
 
-/// docs/operator.md section 6's verdict on `run`, an output for `problem` (the case's inputs, or a variant
-/// of them with the same output), against the case's references.
+/// docs/operator.md section 6's verdict on `run`, an output for `problem` (the case's inputs, or a
+/// variant of them with the same output), against the case's references.
 pub(super) fn verdict(
     problem: &Problem,
     case: &Case,

@@ -10,9 +10,11 @@
 //! 1. `again`: the same inputs once more: a pass means the result is not reproducible (`flaky`);
 //! 2. `finite_unread`: every value no real row reads (unused and pre-window pages, padding rows,
 //!    bias cells past the visible distances) finite instead of NaN: a pass means the trial fails
-//!    only through NaN read from memory it must not read (`nan_leak`, docs/operator.md section 5, class 7);
-//! 3. `splits_1`: where the run split the KV sequence, one split (on the finite inputs when the
-//!    case had NaN): a pass means the split path or its combine is wrong (`split_combine`).
+//!    only through NaN read from memory it must not read (`nan_leak`, docs/operator.md section
+//!    5, class 7);
+//! 3. `splits_1`: where the run split the KV sequence and the path takes a forced split count,
+//!    one split (on the finite inputs when the case had NaN): a pass means the split path or its
+//!    combine is wrong (`split_combine`).
 //!
 //! Failing every variant it ran, the cause is `wrong`.
 

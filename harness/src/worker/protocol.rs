@@ -52,8 +52,8 @@ pub enum RouteAnswer {
     Routed {
         path: String,
         num_splits: Option<usize>,
-        /// The fallback path's split-KV decode (docs/operator.md section 4.3): its split count, 1 when the decode
-        /// kernel does not run; None when the worker does not say (optional field).
+        /// The fallback path's split-KV decode (docs/operator.md section 4.3): its split count, 1
+        /// when the decode kernel does not run; None when the worker does not say (optional field).
         decode_splits: Option<usize>,
     },
     Rejected(String),

@@ -129,8 +129,8 @@ fn runs_a_path_or_says_there_is_no_gpu() {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(data.len(), t * h * d);
-    // docs/operator.md section 6 by the judge `run` uses, with the dtype's default tolerance; the file's padding rows
-    // are NaN (the poison read back), as `relattn judge` expects.
+    // docs/operator.md section 6 by the judge `run` uses, with the dtype's default tolerance; the
+    // file's padding rows are NaN (the poison read back), as `relattn judge` expects.
     let out = ndarray::Array3::from_shape_vec((t, h, d), data).unwrap();
     let v = judge(
         &problem,

@@ -66,8 +66,8 @@ fn json_has_exactly_the_eight_keys_routed_or_rejected() {
 
 #[test]
 fn routed_values() {
-    // SM100, TP8 decode, batch 1, 1M context: num_splits 128 (docs/operator.md section 4.1 by hand: target 256,
-    // base 1, max_split 128, ceil(1048576/128) = 8192).
+    // SM100, TP8 decode, batch 1, 1M context: num_splits 128 (docs/operator.md section 4.1 by hand:
+    // target 256, base 1, max_split 128, ceil(1048576/128) = 8192).
     let (_, v) = route_json(&with_cc("10.0", &DECODE_TP8));
     assert_eq!(v["path"], "sheared_bias");
     assert_eq!(v["rejected"], false);

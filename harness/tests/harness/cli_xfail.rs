@@ -1,7 +1,8 @@
 //! Triage and expected failures without a GPU, through the leaky test worker (a kernel that
-//! leaks NaN from pre-window pages, docs/operator.md section 5 class 7, like vLLM's ops on local layers): a
-//! known bug stays green under `--xfail`, and a second defect in the same trials (windows one
-//! key short) turns the run red, and `report diff` red, even though the same trials fail.
+//! leaks NaN from pre-window pages, docs/operator.md section 5 class 7, like vLLM's ops on local
+//! layers): a known bug stays green under `--xfail`, and a second defect in the same trials
+//! (windows one key short) turns the run red, and `report diff` red, even though the same trials
+//! fail.
 
 use crate::common::{text, worker_rows};
 use crate::python::relattn_with_numpy;

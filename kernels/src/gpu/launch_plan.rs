@@ -131,8 +131,8 @@ pub fn decode_piece_layout(split_len: usize, piece_keys: usize) -> (usize, usize
 
 /// Keys of decode piece `u` (CTA and workspace slot `u = s * pieces + j`: piece j of split s), or
 /// None when it is empty. The pieces of a split partition its keys in order, so the merge over
-/// the pieces is docs/operator.md section 4.3's merge over the splits on a finer partition of the same keys; a split
-/// of at most `piece_keys` keys is one piece, the split itself.
+/// the pieces is docs/operator.md section 4.3's merge over the splits on a finer partition of the
+/// same keys; a split of at most `piece_keys` keys is one piece, the split itself.
 pub fn decode_piece_keys(
     kv_len: usize,
     window_left: i64,
@@ -386,8 +386,8 @@ pub fn plan_launches(
             (if s > 1 { s } else { 0 }, g.rel_extent + SHEAR_TILE)
         }
         PathId::Fallback => {
-            // Policy: the two-stage decode kernel when docs/operator.md section 4.3 says so (possibly with one split);
-            // forced: the decode kernel for more than one split.
+            // Policy: the two-stage decode kernel when docs/operator.md section 4.3 says so
+            // (possibly with one split); forced: the decode kernel for more than one split.
             let s = num_splits;
             let decode = match splits {
                 SplitSetting::Policy => routing::fallback_decode_splits(&shape).is_some(),

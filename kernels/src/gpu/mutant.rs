@@ -58,13 +58,15 @@ pub enum Mutant {
     /// this launch is right, the next on the same workspace would merge early; only the check
     /// that every counter is back at zero sees it.
     CounterNotReset,
-    /// The online softmax forgets the earlier KV tiles at each tile (alpha = 0): docs/operator.md section 5 class 6.
+    /// The online softmax forgets the earlier KV tiles at each tile (alpha = 0): docs/operator.md
+    /// section 5 class 6.
     SoftmaxReset,
     /// The online softmax rescales earlier tiles by at most 2^-8 (a lazy rescale with no catch-up): only a running max that jumps by more than 8 (log2) shows it.
     RescaleClamped,
     /// The split combines weight partials by `exp(max(lse - m, -4))`: only splits whose LSEs differ by more than 4 show it.
     CombineClamped,
-    /// sheared_bias's combine reads the partials of empty splits (uninitialised workspace): docs/operator.md section 5 class 7.
+    /// sheared_bias's combine reads the partials of empty splits (uninitialised workspace):
+    /// docs/operator.md section 5 class 7.
     EmptySplitPublished,
     /// Query blocks store the rows past the request's end (tile padding) into the rows that follow.
     WritesPaddingRows,
@@ -78,7 +80,8 @@ pub enum Mutant {
     PositionWithoutPrefix,
     /// Every request reads request 0's block-table row.
     BlockTableRowZero,
-    /// Tiles load the keys outside [lo, hi) too (pre-window and past-the-end slots, NaN-poisoned): docs/operator.md section 5 class 7.
+    /// Tiles load the keys outside [lo, hi) too (pre-window and past-the-end slots, NaN-poisoned):
+    /// docs/operator.md section 5 class 7.
     UnmaskedKeysLoaded,
     /// The fallback decode merges a split's pieces without the `exp(lse - max)` rescale (the splits' merge keeps it).
     PiecesNoRescale,
@@ -87,8 +90,8 @@ pub enum Mutant {
     /// The output accumulator is rounded to bf16 after every KV tile (bf16 accumulation).
     Bf16Accumulator,
     /// Every CTA picks the single-query loop from request 0's q_len: a batch whose decodes come
-    /// before a prefill (docs/operator.md section 5 class 8's 8 x decode + 1 prefill) runs the prefill's rows as
-    /// decode rows.
+    /// before a prefill (docs/operator.md section 5 class 8's 8 x decode + 1 prefill) runs the
+    /// prefill's rows as decode rows.
     DispatchOnFirstRequest,
 }
 

@@ -177,9 +177,9 @@ impl Stage {
     }
 }
 
-/// The dtypes every program has entries for: the operator's (docs/operator.md section 2: bf16, fp16 also legal).
-/// fp32 is the reference's precision, not a storage dtype of the operator, so no kernel is built
-/// for it and `plan_launches` refuses it.
+/// The dtypes every program has entries for: the operator's (docs/operator.md section 2: bf16, fp16
+/// also legal). fp32 is the reference's precision, not a storage dtype of the operator, so no
+/// kernel is built for it and `plan_launches` refuses it.
 pub const DTYPES: [DType; 2] = [DType::Bf16, DType::F16];
 
 /// `{path}_{stage}_{dtype}`, e.g. `sheared_bias_combine_bf16`.
