@@ -108,10 +108,9 @@ def rel_bias_score_mod(rel_extent):
 def fa4_call(fa4, dc, case, num_splits):
     """One call of flash_attn_varlen_func on DeviceCase `dc`: the output [R, H, D] of the real
     rows (R = cu_seqlens_q[B])."""
-    rows = case.real_rows
     window = (case.window_left, 0) if case.is_local else (None, None)
     out = fa4.flash_attn_varlen_func(
-        dc.q[:rows],
+        dc.q,
         dc.key_cache,
         dc.value_cache,
         cu_seqlens_q=dc.cu_seqlens_q,
@@ -123,7 +122,7 @@ def fa4_call(fa4, dc, case, num_splits):
         window_size=window,
         num_splits=num_splits,
         score_mod=rel_bias_score_mod(case.E),
-        aux_tensors=[dc.rel_logits[:rows]],
+        aux_tensors=[dc.rel_logits],
     )
     return out[0] if isinstance(out, tuple) else out
 

@@ -33,6 +33,15 @@ comma-separated list of substrings; empty items are ignored):
                            a 1024-float tensor (the read lands in mapped memory and changes
                            nothing: only `--sanitize memcheck` sees it), then answer as usual;
                            an error answer where torch, Triton or a GPU is missing
+  RELATTN_FAULTY_GPU_NEIGHBOR  on the GPU, a Triton kernel reads the 1024 floats past the end
+                           of a 1024-float tensor allocated just before another: without
+                           memcheck's --padding the reads land in that neighbour, an allocation,
+                           and memcheck sees nothing; then answer as usual
+  RELATTN_FAULTY_GPU_ROW_GATHER  on the GPU, rel_logits laid out as the case's row layout says
+                           (torch_common.row_inputs), a Triton kernel reads row cu_seqlens_q[B],
+                           the row past the last real query (vLLM #49049's class): inside the
+                           allocation when the case has padding rows, outside it with the exact
+                           row layout; then answer as usual
 
 and, for the whole process:
 
@@ -69,7 +78,7 @@ from relattn_worker import (NoAnswer, Worker, attention_numpy, cpu_timed, serve,
 
 MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG", "FIFO", "LINK",
          "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK",
-         "GPU_OOB")
+         "GPU_OOB", "GPU_NEIGHBOR", "GPU_ROW_GATHER")
 # Text that moves a terminal's cursor, recolours it and rings its bell.
 CONTROL_TEXT = "\x1b[2J\x1b[31mred\x1b[0m\rover\x07written\x9b"
 
@@ -104,6 +113,50 @@ def read_past_end():
     triton.jit(copy_after_end)[(1,)](src, dst)
     torch.cuda.synchronize()
     print("faulty: read 1024 floats past a tensor's end on the GPU", file=sys.stderr, flush=True)
+
+
+def copy_past(src, start, count):
+    """Copy `count` elements of flat tensor `src` from element `start` on (which may lie past its
+    end: nothing checks) with a Triton kernel; returns the copy."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    def copy(src, dst, start, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = i < n
+        tl.store(dst + i, tl.load(src + start + i, mask=m), mask=m)
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the planted GPU reads need a CUDA GPU")
+    dst = torch.empty(count, dtype=src.dtype, device=src.device)
+    block = 1024
+    triton.jit(copy)[(triton.cdiv(count, block),)](src, dst, start, count, BLOCK=block)
+    torch.cuda.synchronize()
+    return dst
+
+
+def read_into_neighbour():
+    """Read the 1024 floats past a 1024-float tensor that has another allocated after it."""
+    import torch
+    src = torch.ones(1024, device="cuda")
+    neighbour = torch.zeros(1 << 20, device="cuda")
+    copy_past(src, 1024, 1024)
+    del neighbour
+    print("faulty: read 1024 floats past a tensor, towards its neighbour", file=sys.stderr,
+          flush=True)
+
+
+def gather_row_past_end(case):
+    """Read rel_logits row cu_seqlens_q[B] (one past the last real query) of the case's rel_logits
+    as its row layout places them."""
+    import torch
+    import torch_common
+    _, rel = torch_common.row_inputs(torch, case, "cuda", torch.float32)
+    row = case.H * case.E
+    copy_past(rel, case.real_rows * row, row)
+    print(f"faulty: read rel_logits row {case.real_rows} ({case.row_layout} rows)",
+          file=sys.stderr, flush=True)
 
 
 def sleep_forever():
@@ -197,6 +250,10 @@ class FaultyWorker(Worker):
                     f.write(f"{child.pid}\n")
         if mode == "GPU_OOB":
             read_past_end()
+        if mode == "GPU_NEIGHBOR":
+            read_into_neighbour()
+        if mode == "GPU_ROW_GATHER":
+            gather_row_past_end(case)
         self.out_fault = mode if mode in ("FIFO", "LINK", "DEVZERO") else None
 
         out, ms = cpu_timed(lambda: attention_numpy(case, "f32"), timing)

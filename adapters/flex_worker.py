@@ -200,10 +200,9 @@ class FlexInputs:
 
 def flex_call(flex, torch, dc, inputs, case):
     """Gather the keys out of DeviceCase `dc`'s cache and run flex_attention: [R, H, D]."""
-    rows = inputs.rows
-    q = dc.q[:rows].transpose(0, 1).unsqueeze(0)                       # [1, H, R, D]
+    q = dc.q.transpose(0, 1).unsqueeze(0)                              # [1, H, R, D]
     k, v = gather_kv(dc.key_cache, dc.value_cache, inputs.block, inputs.slot)
-    score_mod = inputs.score_mod_for(torch, dc.rel_logits[:rows])
+    score_mod = inputs.score_mod_for(torch, dc.rel_logits)
     out = flex(q, k, v, score_mod=score_mod, block_mask=inputs.block_mask,
                scale=case.softmax_scale, enable_gqa=True)
     return out[0].transpose(0, 1)

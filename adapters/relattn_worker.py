@@ -47,6 +47,8 @@ import numpy as np
 PROTOCOL_VERSION = 1
 FORMAT_VERSION = "1"
 CACHE_LAYOUTS = ("contiguous", "nhd_packed", "hnd_packed")
+# How an op is handed q, rel_logits and out (the case metadata `row_layout`; PROTOCOL.md).
+ROW_LAYOUTS = ("padded", "strided", "exact")
 FLOAT_DTYPES = ("BF16", "F16", "F32")
 
 
@@ -200,7 +202,7 @@ class Case:
 
     def __init__(self, q, key_cache, value_cache, rel_logits, block_table, seqused_k,
                  cu_seqlens_q, softmax_scale, rel_extent=None, window_left=-1, dtype="BF16",
-                 cache_layout="contiguous", case_id=None, seed=None):
+                 cache_layout="contiguous", case_id=None, seed=None, row_layout="padded"):
         self.q = np.asarray(q, dtype=np.float32)
         self.key_cache = np.asarray(key_cache, dtype=np.float32)
         self.value_cache = np.asarray(value_cache, dtype=np.float32)
@@ -213,6 +215,8 @@ class Case:
         self.window_left = int(window_left)
         self.dtype = dtype
         self.cache_layout = cache_layout
+        # How the ops get q, rel_logits and out (PROTOCOL.md, `row_layout`): torch_common.row_inputs.
+        self.row_layout = row_layout
         self.case_id = case_id
         self.seed = seed
 
@@ -247,6 +251,8 @@ class Case:
             raise ValueError(f"{where}: dtype {self.dtype!r} is not one of {FLOAT_DTYPES}")
         if self.cache_layout not in CACHE_LAYOUTS:
             raise ValueError(f"{where}: cache_layout {self.cache_layout!r} is not one of {CACHE_LAYOUTS}")
+        if self.row_layout not in ROW_LAYOUTS:
+            raise ValueError(f"{where}: row_layout {self.row_layout!r} is not one of {ROW_LAYOUTS}")
         shapes = {"q": (self.q, 3, "[T, H, D]"), "key_cache": (self.key_cache, 4, "[num_blocks, page_size, Hkv, D]"),
                   "value_cache": (self.value_cache, 4, "[num_blocks, page_size, Hkv, D]"),
                   "rel_logits": (self.rel_logits, 3, "[T, H, E]"), "block_table": (self.block_table, 2, "[B, max_pages]"),
@@ -329,6 +335,7 @@ def read_case(path):
     extent = parse("rel_extent", int, "a non-negative integer")
     window = parse("window_left", int, "an integer (-1 = no window)")
     layout = meta.get("cache_layout", "contiguous").strip()
+    row_layout = meta.get("row_layout", "padded").strip()
     seed = meta.get("seed")
     if seed is not None:
         try:
@@ -356,7 +363,8 @@ def read_case(path):
                 value_cache=tensor_floats(path, "value_cache", tensors["value_cache"]),
                 rel_logits=tensor_floats(path, "rel_logits", tensors["rel_logits"]),
                 softmax_scale=scale, rel_extent=extent, window_left=window, dtype=dtype,
-                cache_layout=layout, case_id=meta.get("case_id"), seed=seed, **ints)
+                cache_layout=layout, case_id=meta.get("case_id"), seed=seed,
+                row_layout=row_layout, **ints)
     case.validate(where=str(path))
     return case
 
@@ -377,6 +385,8 @@ def write_case(path, case, extra_metadata=None, extra_tensors=None):
     meta = {"format_version": FORMAT_VERSION, "softmax_scale": repr(float(case.softmax_scale)),
             "rel_extent": str(case.rel_extent), "window_left": str(case.window_left),
             "causal": "true", "cache_layout": case.cache_layout}
+    if case.row_layout != "padded":
+        meta["row_layout"] = case.row_layout
     if case.case_id is not None:
         meta["case_id"] = str(case.case_id)
     if case.seed is not None:

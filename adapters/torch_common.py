@@ -8,6 +8,10 @@
 - `serving_block_table(case)`: the block table as vLLM fills it (entries past a request's pages 0).
 - `kv_views(buf, layout, D)`: K and V as strided views of one packed buffer, numpy or torch: the
   one place the serving layouts are written down (the vllm worker uses them too).
+- `row_inputs(...)`, `row_out(...)`: q, rel_logits and out as the case's `row_layout` hands
+  them to an op (padded: views of `[T]` buffers, as vLLM's Inkling layer passes them; strided: q
+  a view of a fused q | k | v buffer, out a row slice of a longer buffer; exact: each its own
+  allocation of exactly the real rows).
 - `nan_out(...)`: the output buffer, poisoned with NaN before the call (the protocol's rule).
 - `input_sets(...)` and `cuda_timed(...)`: timing with CUDA events, rotating a few copies of the
   inputs so the L2 cache never holds the inputs a timed call starts on (the rule of relattn's
@@ -22,6 +26,9 @@ import numpy as np
 # is told to place the caches as vLLM does.
 LAYOUTS = ("contiguous", "nhd_packed", "hnd_packed")
 VLLM_LAYOUT = "hnd_packed"
+
+# The strided row layout's out is a row slice of a buffer with this many rows past the case's T.
+STRIDED_OUT_EXTRA_ROWS = 8
 
 # Timing: rotate enough input copies to exceed L2_MULTIPLE x the L2 size, MIN_SETS to MAX_SETS.
 L2_MULTIPLE, MIN_SETS, MAX_SETS = 4, 2, 4
@@ -99,13 +106,72 @@ def paged_cache(torch, key_cache, value_cache, layout):
     return buf, k, v
 
 
+def device_floats(torch, array, device, dtype):
+    """A float32 numpy array on `device` in `dtype`, in an allocation of its own."""
+    host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    return host.to(device=device, dtype=dtype)
+
+
+def fused_rows(torch, q, fused_width):
+    """q [T, H, D] copied into the first H*D columns of a NaN-filled [T, fused_width] buffer (a
+    fused projection's rows): returns that view, of q's shape, with row stride fused_width."""
+    t, h, d = q.shape
+    buf = torch.full((t, fused_width), float("nan"), dtype=q.dtype, device=q.device)
+    view = buf[:, :h * d].unflatten(1, (h, d))
+    view.copy_(q)
+    return view
+
+
+def row_inputs(torch, case, device, dtype):
+    """(q, rel_logits): their first R = cu_seqlens_q[B] rows, [R, H, D] and [R, H, E], as the
+    case's row layout hands them to an op:
+
+    padded   views of [T] buffers whose padding rows follow (vLLM's Inkling layer passes
+             `q[:num_actual_tokens]` of `fused_qkvr_prep`'s own q buffer, and so rel_logits)
+    strided  q a view of a fused q | k | v buffer [T, (H + 2 Hkv) D] (row stride (H + 2 Hkv) D,
+             what splitting a fused projection gives); rel_logits as padded
+    exact    each its own allocation of exactly R rows: a row read past the last real query is
+             outside every allocation (compute-sanitizer's memcheck sees it)
+    """
+    rows = case.real_rows
+    if case.row_layout == "exact":
+        return (device_floats(torch, case.q[:rows], device, dtype),
+                device_floats(torch, case.rel_logits[:rows], device, dtype))
+    q = device_floats(torch, case.q, device, dtype)
+    if case.row_layout == "strided":
+        q = fused_rows(torch, q, (case.H + 2 * case.Hkv) * case.D)
+    return q[:rows], device_floats(torch, case.rel_logits, device, dtype)[:rows]
+
+
+def row_out(torch, case, device, dtype):
+    """(out, read): the output an op writes, its first R rows [R, H, D], NaN before the call,
+    laid out as the case's row layout says (padded: a view of a [T] buffer; strided: of a
+    buffer with `STRIDED_OUT_EXTRA_ROWS` more; exact: R rows alone), and `read()`, which gives
+    [T, H, D] float32 numpy: rows R.. as the op left the buffer, NaN where there is none."""
+    t, rows = case.T, case.real_rows
+    shape = (case.H, case.D)
+    if case.row_layout == "exact":
+        buf = torch.full((rows,) + shape, float("nan"), dtype=dtype, device=device)
+
+        def read():
+            host = np.full((t,) + shape, np.nan, dtype=np.float32)
+            host[:rows] = out_to_numpy(buf)
+            return host
+        return buf, read
+    extra = STRIDED_OUT_EXTRA_ROWS if case.row_layout == "strided" else 0
+    buf = torch.full((t + extra,) + shape, float("nan"), dtype=dtype, device=device)
+    return buf[:rows], lambda: out_to_numpy(buf[:t])
+
+
 class DeviceCase:
     """A case's tensors on `device`, floats in the case dtype (exactly the stored values).
 
-    q [T, H, D], rel_logits [T, H, E], key_cache / value_cache [num_blocks, page, Hkv, D] (views
-    of `cache_buffer` unless the layout is contiguous), block_table (as `serving_block_table`),
-    seqused_k [B] and cu_seqlens_q [B + 1] int32. Padding rows of q and rel_logits are copied as
-    they are (NaN in tests): what the implementation is handed must not need them.
+    q [R, H, D] and rel_logits [R, H, E], the real rows as the case's row layout gives them
+    (`row_inputs`), key_cache / value_cache [num_blocks, page, Hkv, D] (views of `cache_buffer`
+    unless the layout is contiguous), block_table (as `serving_block_table`), seqused_k [B] and
+    cu_seqlens_q [B + 1] int32. Padding rows of q and rel_logits (in the padded and strided
+    layouts) are copied as they are (NaN in tests): what the implementation is handed must not
+    need them.
     """
 
     def __init__(self, torch, case, device, layout=VLLM_LAYOUT):
@@ -121,8 +187,7 @@ class DeviceCase:
         self.layout = layout
         self.dtype = dtype
         self.device = torch.device(device)
-        self.q = floats(case.q)
-        self.rel_logits = floats(case.rel_logits)
+        self.q, self.rel_logits = row_inputs(torch, case, device, dtype)
         self.cache_buffer, self.key_cache, self.value_cache = paged_cache(
             torch, floats(case.key_cache), floats(case.value_cache), layout)
         self.block_table = ints(serving_block_table(case))

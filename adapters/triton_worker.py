@@ -171,15 +171,15 @@ def op_arguments(module, case):
 
 
 def call_op(module, dc, args, out):
-    """One call of the op on DeviceCase `dc` as the layer makes it; writes `out[:rows]`."""
-    rows = args["rows"]
+    """One call of the op on DeviceCase `dc` as the layer makes it (q, rel_logits and `out` hold
+    the real rows, laid out as the case's row layout says)."""
     module.inkling_fa4_rel_attention(
-        dc.q[:rows], dc.key_cache, dc.value_cache, block_table=dc.block_table,
+        dc.q, dc.key_cache, dc.value_cache, block_table=dc.block_table,
         cache_seqlens=dc.seqused_k, cu_seqlens_q=dc.cu_seqlens_q,
         max_seqlen_q=args["max_seqlen_q"], softmax_scale=args["softmax_scale"],
         causal=args["causal"], window_size=args["window_size"], rel_extent=args["rel_extent"],
-        rel_logits=dc.rel_logits[:rows], num_splits=args["num_splits"],
-        max_kv_len=args["max_kv_len"], out=out[:rows])
+        rel_logits=dc.rel_logits, num_splits=args["num_splits"],
+        max_kv_len=args["max_kv_len"], out=out)
 
 
 class TritonWorker(Worker):
@@ -239,11 +239,11 @@ class TritonWorker(Worker):
                                   max_kv_len=args["max_kv_len"], page_size=case.page_size,
                                   window_left=args["window_size"][0])
         device = self.device_name
-        out = torch_common.nan_out(torch, case, device)
         sets = [self._device_case(case)]
+        out, read = torch_common.row_out(torch, case, device, sets[0].dtype)
         call_op(module, sets[0], args, out)
         self._synchronize()
-        result = torch_common.out_to_numpy(out)
+        result = read()
         ms = None
         if timing is not None:
             scratch = torch.empty_like(out)

@@ -157,7 +157,8 @@ TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16"}
 
 
 def torch_inputs(torch, case, device):
-    """The op's tensors for `case` on `device`: dict of q, rel_logits, kv buffer, key_cache,
+    """The op's tensors for `case` on `device`: dict of q and rel_logits (the real rows, as the
+    case's row layout hands them: `torch_common.row_inputs`), kv buffer, key_cache,
     value_cache (views of it), block_table, seqused_k, cu_seqlens_q."""
     dtype = getattr(torch, TORCH_DTYPES[case.dtype])
     as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
@@ -166,7 +167,8 @@ def torch_inputs(torch, case, device):
     # As vLLM's _split_kv_cache hands them to the op.
     key_cache, value_cache = (canonicalize_singleton_dim_strides(x)
                               for x in torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, case.D))
-    return {"q": as_tensor(case.q), "rel_logits": as_tensor(case.rel_logits), "kv_buffer": buf,
+    q, rel_logits = torch_common.row_inputs(torch, case, device, dtype)
+    return {"q": q, "rel_logits": rel_logits, "kv_buffer": buf,
             "key_cache": key_cache, "value_cache": value_cache,
             "block_table": as_int(torch_common.serving_block_table(case)),
             "seqused_k": as_int(case.seqused_k),
@@ -174,15 +176,15 @@ def torch_inputs(torch, case, device):
 
 
 def call_op(module, inputs, args, num_splits, out):
-    """One call of the op as InklingAttention._attention makes it."""
-    rows = args["rows"]
+    """One call of the op as InklingAttention._attention makes it (q, rel_logits and `out` hold
+    the real rows, laid out as the case's row layout says)."""
     module.InklingFA4RelAttentionKernel.kernel(
-        inputs["q"][:rows], inputs["key_cache"], inputs["value_cache"],
+        inputs["q"], inputs["key_cache"], inputs["value_cache"],
         block_table=inputs["block_table"], cache_seqlens=inputs["seqused_k"],
         cu_seqlens_q=inputs["cu_seqlens_q"], max_seqlen_q=args["max_seqlen_q"],
         softmax_scale=args["softmax_scale"], causal=args["causal"],
         window_size=args["window_size"], rel_extent=args["rel_extent"],
-        rel_logits=inputs["rel_logits"][:rows], num_splits=num_splits, out=out[:rows])
+        rel_logits=inputs["rel_logits"], num_splits=num_splits, out=out)
 
 
 class VllmWorker(Worker):
@@ -281,10 +283,10 @@ class VllmWorker(Worker):
     def _run_on_gpu(self, torch, module, case, args, splits, timing):
         device = torch.device("cuda", 0)
         inputs = torch_inputs(torch, case, device)
-        out = torch.full(tuple(case.q.shape), float("nan"), dtype=inputs["q"].dtype, device=device)
+        out, read = torch_common.row_out(torch, case, device, inputs["q"].dtype)
         call_op(module, inputs, args, splits, out)
         torch.cuda.synchronize()
-        result = out.float().cpu().numpy()
+        result = read()
         ms = None
         if timing is not None:
             # Rotate a few input sets so that timed calls do not all hit warm caches.

@@ -47,6 +47,16 @@ class RoundTrip(TempDir):
                 self.assertEqual(back.softmax_scale, case.softmax_scale)
                 self.assertEqual((back.rel_extent, back.window_left), (8, 5))
                 self.assertEqual((back.case_id, back.seed, back.cache_layout), ("test1", 1, "contiguous"))
+                self.assertEqual(back.row_layout, "padded")
+
+    def test_row_layout_round_trips_and_is_written_only_away_from_padded(self):
+        case = random_case(seed=2)
+        write_case(self.path("padded.safetensors"), case)
+        self.assertNotIn(b"row_layout", open(self.path("padded.safetensors"), "rb").read(4096))
+        for layout in ("strided", "exact"):
+            case.row_layout = layout
+            write_case(self.path("c.safetensors"), case)
+            self.assertEqual(read_case(self.path("c.safetensors")).row_layout, layout)
 
     def test_properties(self):
         case = random_case(query_lens=(3, 0, 5), kv_lens=(7, 4, 21), pad_rows=3)
@@ -140,6 +150,7 @@ class BadFiles(TempDir):
         self.assertBad(self.rewrite(meta={"format_version": "2"}), "format_version")
         self.assertBad(self.rewrite(meta={"rel_extent": "9"}), "rel_logits")
         self.assertBad(self.rewrite(meta={"cache_layout": "weird"}), "cache_layout")
+        self.assertBad(self.rewrite(meta={"row_layout": "weird"}), "row_layout")
 
     def test_inconsistent_sizes(self):
         self.assertBad(self.rewrite(cu_seqlens_q=("I32", np.array([0, 3, 3, 20], "<i4"))), "cu_seqlens_q")

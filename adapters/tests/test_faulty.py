@@ -165,10 +165,11 @@ class Faulty(TempDir):
                 self.skipTest("a GPU is present: the read past the end runs (ci/gpu-triton-sanitize.sh)")
         except ImportError:
             pass
-        w = self.start(GPU_OOB="oob")
-        answer = w.ask(self.run_trial("x::oob::1"))
-        self.assertEqual(answer["status"], "error", answer)
-        self.assertRegex(answer["message"], "torch|triton|GPU")
+        w = self.start(GPU_OOB="oob", GPU_NEIGHBOR="nb", GPU_ROW_GATHER="gather")
+        for trial in ("x::oob::1", "x::nb::1", "x::gather::1"):
+            answer = w.ask(self.run_trial(trial))
+            self.assertEqual(answer["status"], "error", (trial, answer))
+            self.assertRegex(answer["message"], "torch|triton|GPU")
         self.assert_good_trial(w)
 
     def test_hello_faults(self):

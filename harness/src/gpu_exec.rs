@@ -104,9 +104,13 @@ impl ExecutorFactory for RealFactory {
             .first()
             .and_then(|w| w.lock().ok()?.gpu.as_ref()?.driver_version().ok())
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+        let sanitized = crate::sanitize::child_log();
+        if let Some((_, crate::sanitize::Tool::Initcheck)) = &sanitized {
+            relattn_kernels::gpu::set_workspace_poison(false);
+        }
         Ok(Box::new(RealExecutor {
             slots,
-            sanitizer: crate::sanitize::child_log()
+            sanitizer: sanitized
                 .map(|(log, tool)| (Mutex::new(crate::sanitize::LogWatch::new(log)), tool)),
             compiled,
             cuda_version: driver,
@@ -146,8 +150,8 @@ impl DeviceSlot {
 struct RealExecutor {
     slots: Vec<Mutex<DeviceSlot>>,
     /// In a process `--sanitize` started under the sanitizer: its log, read after each trial,
-    /// and the tool's name. One device slot runs then, one trial at a time.
-    sanitizer: Option<(Mutex<crate::sanitize::LogWatch>, String)>,
+    /// and the tool. One device slot runs then, one trial at a time.
+    sanitizer: Option<(Mutex<crate::sanitize::LogWatch>, crate::sanitize::Tool)>,
     compiled: HashMap<Variant, Compiled>,
     cuda_version: Option<String>,
     nvrtc: Option<String>,
@@ -182,7 +186,7 @@ impl Runner for RealExecutor {
         );
         let checked = self.sanitizer.as_ref().map(|(watch, tool)| {
             let mut watch = watch.lock().unwrap_or_else(|e| e.into_inner());
-            crate::sanitize::check(&mut watch, tool)
+            crate::sanitize::check(&mut watch, *tool)
         });
         let checked = match checked.transpose() {
             Ok(checked) => checked,

@@ -1,5 +1,13 @@
-//! `--sanitize memcheck`: GPU trials under NVIDIA's compute-sanitizer, each trial failing with
-//! the class "out-of-bounds access" when memcheck reports an error while it ran.
+//! `--sanitize TOOL`: GPU trials under NVIDIA's compute-sanitizer, each trial failing with its
+//! tool's class when the sanitizer reports an error while it ran (`Tool::class`):
+//!
+//! - `memcheck`: out-of-bounds and misaligned accesses. Every allocation gets `PADDING` bytes
+//!   of padding after it (`--padding`), so an over-read of a tile past one tensor lands in
+//!   padding, which belongs to no allocation, instead of in the tensor allocated after it;
+//! - `initcheck`: reads of device memory no kernel or copy wrote (an unwritten split partial
+//!   combined, an output row never stored). relattn's native runs then leave the workspaces
+//!   unpoisoned (a memset would count as written);
+//! - `racecheck` and `synccheck`: shared-memory races and barrier misuse.
 //!
 //! - Workers are long-lived processes answering one trial at a time, so each worker process runs
 //!   under a sanitizer of its own (`wrap`), with a log file of its own in relattn's folder for the
@@ -48,17 +56,63 @@ const PREFIX: &str = "=========";
 /// Characters of the first report quoted in a trial's message.
 const FIRST_REPORT_CHARS: usize = 1500;
 
+/// Bytes of padding memcheck adds after every allocation (`--padding`): more than a 128-row
+/// tile of q or out at 64 heads of 128 dims in bf16 (2 MiB) reaches past, so a tile's over-read
+/// of one tensor lands in padding rather than in the next tensor.
+pub const PADDING: usize = 4 << 20;
+
 /// A compute-sanitizer tool `--sanitize` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Tool {
-    /// Out-of-bounds and misaligned accesses to global, local and shared memory.
+    /// Out-of-bounds and misaligned accesses to global, local and shared memory (with padding
+    /// after every allocation).
     Memcheck,
+    /// Reads of global memory never written.
+    Initcheck,
+    /// Shared-memory data races.
+    Racecheck,
+    /// Barrier and warp-synchronisation misuse.
+    Synccheck,
 }
 
 impl Tool {
+    pub const ALL: [Tool; 4] = [
+        Tool::Memcheck,
+        Tool::Initcheck,
+        Tool::Racecheck,
+        Tool::Synccheck,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Tool::Memcheck => "memcheck",
+            Tool::Initcheck => "initcheck",
+            Tool::Racecheck => "racecheck",
+            Tool::Synccheck => "synccheck",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// The class a report of this tool puts a trial in: its words, then the docs/operator.md
+    /// section 5 class it stands for (the classes name the bugs; racecheck and synccheck find
+    /// defects of relattn's own kernels that no class names).
+    pub fn class(self) -> &'static str {
+        match self {
+            Tool::Memcheck => "out-of-bounds access (docs/operator.md section 5, class 5)",
+            Tool::Initcheck => "read of memory never written (docs/operator.md section 5, class 7)",
+            Tool::Racecheck => "shared-memory race",
+            Tool::Synccheck => "barrier misuse",
+        }
+    }
+
+    /// Options this tool takes beyond the common ones.
+    fn options(self) -> Vec<String> {
+        match self {
+            Tool::Memcheck => vec!["--padding".into(), PADDING.to_string()],
+            Tool::Initcheck | Tool::Racecheck | Tool::Synccheck => Vec::new(),
         }
     }
 }
@@ -134,6 +188,7 @@ impl Sanitizer {
             "--target-processes".into(),
             "application-only".into(),
         ];
+        out.extend(self.tool.options());
         out.extend_from_slice(command);
         out
     }
@@ -186,10 +241,13 @@ fn is_executable(p: &Path) -> bool {
 /// Set by `reexec` beside `LOG_ENV`: the tool's name.
 pub const TOOL_ENV: &str = "RELATTN_SANITIZE_TOOL";
 
-/// In a child `reexec` started: its log file and the tool's name.
-pub fn child_log() -> Option<(PathBuf, String)> {
+/// In a child `reexec` started: its log file and the tool.
+pub fn child_log() -> Option<(PathBuf, Tool)> {
     let log = std::env::var_os(LOG_ENV).filter(|v| !v.is_empty())?;
-    let tool = std::env::var(TOOL_ENV).unwrap_or_else(|_| Tool::Memcheck.as_str().into());
+    let tool = std::env::var(TOOL_ENV)
+        .ok()
+        .and_then(|t| Tool::parse(&t))
+        .unwrap_or(Tool::Memcheck);
     Some((PathBuf::from(log), tool))
 }
 
@@ -210,10 +268,12 @@ pub struct Reports {
 }
 
 /// Lines of compute-sanitizer's output that are not an error report.
-const NOT_ERRORS: [&str; 8] = [
+const NOT_ERRORS: [&str; 10] = [
     "COMPUTE-SANITIZER",
     "ERROR SUMMARY",
     "LEAK SUMMARY",
+    "RACECHECK SUMMARY",
+    "SYNCCHECK SUMMARY",
     "Target application",
     "Error: process didn't terminate",
     "Program hit",
@@ -261,12 +321,13 @@ pub fn parse(text: &str) -> Reports {
     out
 }
 
-/// The failure message of a trial with `reports`: its class first (docs/operator.md section 5 class
-/// 5 is the out-of-range read this check is for), the count, the first report.
-pub fn failure_message(tool: &str, reports: &Reports) -> String {
+/// The failure message of a trial with `reports`: the tool's class first, the count, the first
+/// report.
+pub fn failure_message(tool: Tool, reports: &Reports) -> String {
     format!(
-        "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer {tool} reported {} error(s) \
-         while this trial ran; the first: {}",
+        "{}: compute-sanitizer {} reported {} error(s) while this trial ran; the first: {}",
+        tool.class(),
+        tool.as_str(),
         reports.count,
         reports.first.as_deref().unwrap_or("(no report text)")
     )
@@ -352,7 +413,7 @@ impl LogWatch {
 /// A trial's verdict from its log: `Checked` with the failure message when it had errors; a
 /// log that cannot be read, or a print limit used up, is an error of the trial (its memory
 /// accesses were not checked).
-pub fn check(watch: &mut LogWatch, tool: &str) -> Result<Checked, String> {
+pub fn check(watch: &mut LogWatch, tool: Tool) -> Result<Checked, String> {
     if watch.limit_reached() {
         return Err(format!(
             "compute-sanitizer's print limit of {PRINT_LIMIT} reports is used up in this \
@@ -361,7 +422,7 @@ pub fn check(watch: &mut LogWatch, tool: &str) -> Result<Checked, String> {
     }
     let reports = watch.take_new()?;
     Ok(Checked {
-        tool: tool.to_string(),
+        tool: tool.as_str().to_string(),
         errors: (reports.count > 0).then(|| failure_message(tool, &reports)),
     })
 }
@@ -396,8 +457,14 @@ mod tests {
                  and is 1 bytes after the nearest allocation at 0x7f12c0000000 of size 511 bytes"
             )
         );
-        let m = failure_message("memcheck", &r);
-        assert!(m.starts_with("out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer memcheck reported 2 error(s)"), "{m}");
+        let m = failure_message(Tool::Memcheck, &r);
+        assert!(
+            m.starts_with(
+                "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer \
+                 memcheck reported 2 error(s)"
+            ),
+            "{m}"
+        );
     }
 
     #[test]
@@ -430,7 +497,7 @@ mod tests {
         let again = w.take_new().unwrap();
         assert_eq!(again.count, 0, "{again:?}");
         assert_eq!(w.seen, 1);
-        let c = check(&mut w, "memcheck").unwrap();
+        let c = check(&mut w, Tool::Memcheck).unwrap();
         assert_eq!(c.errors, None);
     }
 
@@ -460,5 +527,42 @@ mod tests {
         assert_eq!(at("--destroy-on-device-error"), "kernel");
         assert_eq!(at("--target-processes"), "application-only");
         assert_eq!(&argv[argv.len() - 2..], ["python3", "w.py"]);
+        assert_eq!(at("--padding"), PADDING.to_string());
+        for tool in [Tool::Initcheck, Tool::Racecheck, Tool::Synccheck] {
+            let s = Sanitizer {
+                program: fake.clone(),
+                tool,
+            };
+            let argv = s.wrap(Path::new("/tmp/x.log"), &["python3".into()]);
+            let at = |flag: &str| argv[argv.iter().position(|a| a == flag).unwrap() + 1].clone();
+            assert_eq!(at("--tool"), tool.as_str());
+            assert!(!argv.contains(&"--padding".to_string()), "{argv:?}");
+            assert_eq!(Tool::parse(tool.as_str()), Some(tool));
+        }
+    }
+
+    #[test]
+    fn each_tools_reports_count_and_its_summaries_do_not() {
+        let race = "========= COMPUTE-SANITIZER\n\
+                    ========= Error: Race reported between Write access at k+0x40\n\
+                    =========     and Read access at k+0x80 [16 hazards]\n\
+                    =========\n\
+                    ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n";
+        let r = parse(race);
+        assert_eq!(r.count, 1, "{r:?}");
+        assert!(r
+            .first
+            .unwrap()
+            .starts_with("Error: Race reported between Write"));
+        let init = "========= Uninitialized __global__ memory read of size 4 bytes\n\
+                    =========     at combine+0x90\n\
+                    ========= ERROR SUMMARY: 1 error\n";
+        assert_eq!(parse(init).count, 1);
+        let sync = "========= Barrier error detected. Divergent thread(s) in block\n\
+                    =========     at k+0x10\n\
+                    ========= SYNCCHECK SUMMARY: 1 error\n";
+        assert_eq!(parse(sync).count, 1);
+        let m = failure_message(Tool::Initcheck, &parse(init));
+        assert!(m.starts_with("read of memory never written (docs/operator.md section 5, class 7): compute-sanitizer initcheck reported 1 error(s)"), "{m}");
     }
 }

@@ -6,7 +6,7 @@ use crate::layer::Layer;
 use relattn_reference::judge::Tolerance;
 use relattn_reference::limits::LimitError;
 use relattn_reference::{
-    BatchShape, BiasMode, CacheLayout, DType, GenSpec, Inputs, PageMode, Problem, Window,
+    BatchShape, BiasMode, CacheLayout, DType, GenSpec, Inputs, PageMode, Problem, RowLayout, Window,
 };
 use relattn_routing::PathId;
 use relattn_routing::SplitSetting;
@@ -93,6 +93,9 @@ pub struct Facts {
     pub requests: Vec<(usize, usize)>,
     /// Rows after `cu_seqlens_q[B]`.
     pub padding_rows: usize,
+    /// How q, rel_logits and out are laid out for the implementations.
+    #[serde(default)]
+    pub rows: RowLayout,
 }
 
 impl Facts {
@@ -110,6 +113,7 @@ impl Facts {
             layout: s.layout,
             requests: s.requests.clone(),
             padding_rows: s.padding_rows,
+            rows: s.rows,
         }
     }
 
@@ -127,6 +131,7 @@ impl Facts {
             layout: p.layout,
             requests: p.requests().map(|r| (r.q_len, r.kv_len)).collect(),
             padding_rows: p.total_rows() - p.real_rows(),
+            rows: p.rows,
         }
     }
 }
@@ -302,7 +307,7 @@ impl Case {
     }
 
     /// The names of `params`, in order (the keys a trial filter takes).
-    pub const PARAM_KEYS: [&'static str; 21] = [
+    pub const PARAM_KEYS: [&'static str; 22] = [
         "tier",
         "layer",
         "rel_extent",
@@ -312,6 +317,7 @@ impl Case {
         "head_dim",
         "page_size",
         "layout",
+        "rows",
         "dtype",
         "mix",
         "bias",
@@ -347,6 +353,7 @@ impl Case {
             ("head_dim", f.head_dim.to_string()),
             ("page_size", f.page_size.to_string()),
             ("layout", f.layout.name().to_string()),
+            ("rows", f.rows.name().to_string()),
             ("dtype", f.dtype.name().to_string()),
             ("mix", self.mix.clone()),
             ("bias", bias.to_string()),
@@ -409,6 +416,7 @@ pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
         poison,
         seed,
         inputs,
+        rows,
     } = spec;
     let mut s = String::from("relattn-case-v1");
     let requests: Vec<String> = requests.iter().map(|(q, k)| format!("{q}:{k}")).collect();
@@ -429,6 +437,9 @@ pub fn canonical_form(spec: &GenSpec, sample_rows: Option<usize>) -> String {
     // Appended only away from the default, so ids from before the axis stand.
     if *inputs != Inputs::Rms1 {
         let _ = write!(s, ";inputs={}", inputs.name());
+    }
+    if *rows != RowLayout::Padded {
+        let _ = write!(s, ";rows={}", rows.name());
     }
     s
 }

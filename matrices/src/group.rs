@@ -6,7 +6,7 @@ use crate::layer::Layer;
 use crate::mixes::{mix, Mix, MIXES};
 use crate::REGRESSION_CLASSES;
 use relattn_reference::limits::Dim;
-use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs, RowLayout};
 use relattn_routing::PathId;
 use relattn_routing::SplitSetting;
 use serde::Deserialize;
@@ -41,6 +41,9 @@ pub(crate) struct RawGroup {
     spare_pages: Option<usize>,
     /// NaN in every cache slot no request may read (default true).
     poison: Option<bool>,
+    /// How q, rel_logits and out are laid out for the implementations: padded (default),
+    /// strided or exact (`relattn_reference::RowLayout`).
+    rows: Option<String>,
     /// Overrides the mix's sampled-row count.
     sample_rows: Option<usize>,
     /// `softmax_scale` (default 1 / head_dim, the model's).
@@ -97,6 +100,7 @@ pub(crate) struct Group {
     pub(crate) inputs: Vec<Inputs>,
     pub(crate) spare_pages: usize,
     pub(crate) poison: bool,
+    pub(crate) rows: RowLayout,
     pub(crate) sample_rows: Option<usize>,
     pub(crate) scale: Option<f64>,
     pub(crate) regression: Option<String>,
@@ -274,6 +278,12 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
             inputs.push(regime);
         }
     }
+    let rows = match &g.rows {
+        Some(s) => s
+            .parse::<RowLayout>()
+            .map_err(|e| bad("rows", &quoted(s), &e))?,
+        None => RowLayout::Padded,
+    };
     if g.sample_rows == Some(0) {
         return Err(bad("sample_rows", &0, "sample at least one row"));
     }
@@ -329,6 +339,7 @@ pub(crate) fn check_group(file: &str, index: usize, g: RawGroup) -> Result<Group
         inputs,
         spare_pages,
         poison: g.poison.unwrap_or(true),
+        rows,
         sample_rows: g.sample_rows,
         scale: g.scale,
         regression: g.regression,

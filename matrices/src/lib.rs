@@ -37,7 +37,7 @@ pub use layer::Layer;
 pub use matrix::{Expansion, Matrix, Skip};
 pub use mixes::{mix, Mix, MixShape, MIXES, REGRESSION_ONLY_MIXES};
 pub use relattn_routing::SplitSetting;
-pub use rules::{Requirement, Rule, Rules};
+pub use rules::{Requirement, Rule, Rules, STRIDED_NATIVE};
 pub use shard::{shard, Shard};
 
 use std::path::Path;

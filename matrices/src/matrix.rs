@@ -8,7 +8,7 @@ use crate::layer::Layer;
 use crate::mixes::Mix;
 use crate::rules::Rules;
 use crate::tolerance::{self, RawTolerance, Tolerances};
-use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs};
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, Inputs, RowLayout};
 use relattn_routing::PathId;
 use relattn_routing::SplitSetting;
 use serde::Deserialize;
@@ -242,6 +242,7 @@ impl Matrix {
             poison: g.poison,
             seed: a.seed,
             inputs: a.inputs,
+            rows: g.rows,
         };
         let sample_rows = g.sample_rows.or(shape.sample_rows);
         let mut name = String::new();
@@ -272,6 +273,9 @@ impl Matrix {
         }
         if !g.poison {
             name.push_str("::no_poison");
+        }
+        if g.rows != RowLayout::Padded {
+            name.push_str(&format!("::rows_{}", g.rows.name()));
         }
         if let Some(n) = g.sample_rows {
             name.push_str(&format!("::sample{n}"));

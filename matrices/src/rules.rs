@@ -14,6 +14,9 @@ use relattn_routing::{path_spec, PathCase, PathId, PathLimit};
 use serde::Deserialize;
 
 const PATHS_FILE: &str = "tiers/paths.toml";
+/// Why relattn's own paths skip a case of the strided row layout.
+pub const STRIDED_NATIVE: &str = "relattn's kernels take q, rel_logits and out dense: the strided \
+     row layout (q a view of a fused projection) is for the workers' ops";
 const PATHS_TOML: &str = include_str!("../tiers/paths.toml");
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +123,11 @@ impl Rules {
         for path in PathId::ALL {
             let spec = path_spec(path);
             let rules = || self.0.iter().filter(|r| r.paths.contains(&path));
+            // relattn's kernels take q dense: the strided layout is for the workers' ops.
+            if f.rows == relattn_reference::RowLayout::Strided {
+                case.excluded.insert(path, STRIDED_NATIVE.to_string());
+                continue;
+            }
             let excluded = spec.check_case(&facts).err().map(limit_reason).or_else(|| {
                 rules().find_map(|r| r.case_breaks(case).map(|d| reason(&r.reason, &d)))
             });

@@ -247,3 +247,39 @@ fn fallback_takes_forced_splits_past_its_policy() {
         Some("sheared_bias combines at most 128 KV splits (1024 splits)")
     );
 }
+
+#[test]
+fn a_group_sets_the_row_layout_and_strided_rows_are_for_workers_only() {
+    let group = |rows: &str| {
+        format!(
+            "[[group]]\nlayers = [\"global_e1024\"]\nheads = [[8, 1]]\nmixes = [\"decode\"]\n{rows}"
+        )
+    };
+    let padded = one(&group(""));
+    let exact = one(&group("rows = \"exact\""));
+    let strided = one(&group("rows = \"strided\""));
+    assert_eq!(padded.facts().rows, relattn_reference::RowLayout::Padded);
+    assert_eq!(exact.facts().rows, relattn_reference::RowLayout::Exact);
+    assert!(exact.name.ends_with("::rows_exact"), "{}", exact.name);
+    assert!(!padded.name.contains("rows_"), "{}", padded.name);
+    assert_ne!(padded.id, exact.id);
+    assert_ne!(exact.id, strided.id);
+    // The exact layout runs everywhere the padded one does; the strided one on no native path.
+    assert_eq!(exact.excluded, padded.excluded);
+    for path in PathId::ALL {
+        assert_eq!(
+            strided.excluded.get(&path).map(String::as_str),
+            Some(relattn_matrices::STRIDED_NATIVE),
+            "{path}"
+        );
+    }
+    let params = exact.params();
+    assert!(
+        params.contains(&("rows", "exact".to_string())),
+        "{params:?}"
+    );
+    let err = Matrix::parse(&group("rows = \"sideways\""), "test", "test.toml")
+        .and_then(|m| m.expand().map(|_| m))
+        .expect_err("an unknown row layout is an error");
+    assert!(err.to_string().contains("unknown row layout"), "{err}");
+}

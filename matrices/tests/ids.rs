@@ -1,7 +1,7 @@
 //! Case ids: stable across expansions and machines, and sensitive to every parameter.
 
 use relattn_matrices::{canonical_form, case_id, load_tier, ID_DIGITS, ID_PREFIX, TIERS};
-use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, PageMode};
+use relattn_reference::{BiasMode, CacheLayout, DType, GenSpec, PageMode, RowLayout};
 use std::collections::BTreeSet;
 
 fn base() -> GenSpec {
@@ -78,6 +78,8 @@ fn the_id_depends_on_every_parameter() {
         ("spare_pages", |s| s.spare_pages = 0),
         ("poison", |s| s.poison = false),
         ("seed", |s| s.seed = 8),
+        ("rows", |s| s.rows = RowLayout::Exact),
+        ("rows, strided", |s| s.rows = RowLayout::Strided),
     ];
     let id = case_id(&base(), None);
     let mut all = BTreeSet::from([id.clone()]);

@@ -3,7 +3,7 @@
 use crate::batch::BatchShape;
 use crate::dtype::DType;
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
-use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError};
+use crate::problem::{CacheLayout, Problem, ProblemData, ProblemError, RowLayout};
 use crate::regime::{self, Inputs};
 use crate::window::Window;
 use ndarray::{Array2, Array3};
@@ -64,6 +64,9 @@ pub struct GenSpec {
     /// How the values are shaped (`rms1`: the producer facts of docs/operator.md section 1).
     #[serde(default)]
     pub inputs: Inputs,
+    /// How q, rel_logits and out are laid out for the implementations.
+    #[serde(default)]
+    pub rows: RowLayout,
 }
 
 impl GenSpec {
@@ -93,6 +96,7 @@ impl GenSpec {
             poison: true,
             seed,
             inputs: Inputs::Rms1,
+            rows: RowLayout::Padded,
         }
     }
 
@@ -342,6 +346,7 @@ pub fn generate(spec: &GenSpec) -> Result<Problem, ProblemError> {
         rel_logits,
         kv,
         layout: spec.layout,
+        rows: spec.rows,
         k: kview,
         v: vview,
         block_table,

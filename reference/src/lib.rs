@@ -33,6 +33,7 @@ pub use gen::{BiasMode, GenSpec, PageMode};
 pub use output::RefOutput;
 pub use problem::{
     window_spans_extent, CacheLayout, KvView, Problem, ProblemData, ProblemError, Request,
+    RowLayout,
 };
 pub use regime::Inputs;
 pub use window::Window;

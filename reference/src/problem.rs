@@ -102,6 +102,56 @@ impl FromStr for CacheLayout {
     }
 }
 
+/// How the per-row tensors (q, rel_logits, out) sit in device memory when an implementation is
+/// handed them. The values, and what the reference computes, are the same in every layout.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum RowLayout {
+    /// `[T, ...]` buffers, the padding rows after `cu_seqlens_q[B]` in the same allocation (a
+    /// serving engine's padded batch); workers hand the ops the first `cu_seqlens_q[B]` rows of
+    /// each, as vLLM's Inkling layer does.
+    #[default]
+    Padded,
+    /// q a view of a wider buffer whose rows are a fused q | k | v projection (row stride
+    /// `(H + 2 Hkv) D`), out a row slice of a buffer with rows after it: q's and out's strides
+    /// differ, so an op that mixes them up fails. Workers only (relattn's kernels take q dense).
+    Strided,
+    /// q, rel_logits and out hold exactly the real rows, each in an allocation of its own: a
+    /// row read past the last real query (a tile's padding rows) is outside every allocation,
+    /// which a sanitized run reports.
+    Exact,
+}
+
+impl RowLayout {
+    pub const ALL: [RowLayout; 3] = [RowLayout::Padded, RowLayout::Strided, RowLayout::Exact];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RowLayout::Padded => "padded",
+            RowLayout::Strided => "strided",
+            RowLayout::Exact => "exact",
+        }
+    }
+}
+
+impl fmt::Display for RowLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for RowLayout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RowLayout::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| format!("unknown row layout `{s}` (expected padded, strided or exact)"))
+    }
+}
+
 /// A strided view of K or V inside the cache buffer, in elements. The element `c` of
 /// `(block, slot, kv_head)` is at `offset + block*block_stride + slot*slot_stride + head*head_stride + c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -140,6 +190,8 @@ pub struct ProblemData {
     /// The physical cache buffer holding both K and V (see `layout`, `k`, `v`).
     pub kv: Vec<f32>,
     pub layout: CacheLayout,
+    /// How q, rel_logits and out are laid out for the implementations (not for the reference).
+    pub rows: RowLayout,
     pub k: KvView,
     pub v: KvView,
     /// `[B, max_pages]`.

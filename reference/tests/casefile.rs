@@ -12,7 +12,7 @@ use relattn_reference::casefile::{
     read_case, read_output, write_case, write_output, CaseFileError, CaseMeta,
 };
 use relattn_reference::gen::{generate, BiasMode, GenSpec};
-use relattn_reference::{CacheLayout, DType, Problem, RefOutput};
+use relattn_reference::{CacheLayout, DType, Problem, RefOutput, RowLayout};
 use rstest::rstest;
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
@@ -291,4 +291,29 @@ fn replace_with(
         let slot = t.iter_mut().find(|(n, _)| n == name).unwrap();
         slot.1 = Owned::new(dtype, shape, data);
     });
+}
+
+#[test]
+fn the_row_layout_is_written_only_away_from_padded_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let padded = small(DType::Bf16, CacheLayout::NhdPacked, 9);
+    let m = metadata_of(&written(&dir, &padded, &CaseMeta::default()));
+    assert!(!m.contains_key("row_layout"), "{m:?}");
+    assert_eq!(
+        read_case(written(&dir, &padded, &CaseMeta::default()))
+            .unwrap()
+            .problem
+            .rows,
+        RowLayout::Padded
+    );
+    for rows in [RowLayout::Strided, RowLayout::Exact] {
+        let mut data = padded.data().clone();
+        data.rows = rows;
+        let p = Problem::new(data).unwrap();
+        let path = written(&dir, &p, &CaseMeta::of(&p));
+        assert_eq!(metadata_of(&path)["row_layout"], rows.name());
+        let back = read_case(&path).unwrap().problem;
+        assert_eq!(back.rows, rows);
+        assert_same(&p, &back);
+    }
 }

@@ -116,6 +116,7 @@ fn load(path: &Path) -> Golden {
             .unwrap(),
         kv,
         layout: CacheLayout::Contiguous,
+        rows: Default::default(),
         k: kview,
         v: vview,
         block_table: Array2::from_shape_vec((table_shape[0], table_shape[1]), table).unwrap(),

@@ -71,6 +71,7 @@ impl Tiny {
             rel_logits: Array3::from_shape_fn((t, h, e), |(r, x, c)| self.rel[r][x * e + c]),
             kv: cache,
             layout: CacheLayout::Contiguous,
+            rows: Default::default(),
             k: kview,
             v: vview,
             block_table: table,

@@ -23,6 +23,7 @@ fn valid() -> ProblemData {
         rel_logits: Array3::zeros((t, h, e)),
         kv: vec![0.0; len],
         layout: CacheLayout::Contiguous,
+        rows: Default::default(),
         k,
         v,
         block_table: Array2::from_shape_vec((2, 2), vec![1, 2, 3, 0]).unwrap(),

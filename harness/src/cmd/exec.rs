@@ -58,9 +58,9 @@ pub struct Args {
     /// Seconds the worker may take to answer before it is killed.
     #[arg(long, default_value_t = worker::DEFAULT_TIMEOUT_S)]
     pub worker_timeout_s: f64,
-    /// Run under NVIDIA's compute-sanitizer with this tool (memcheck): a memory error is a
-    /// failure (exit 1) as an out-of-bounds access. Needs compute-sanitizer on PATH or in
-    /// RELATTN_SANITIZER (else exit 3).
+    /// Run under NVIDIA's compute-sanitizer with this tool (memcheck, initcheck, racecheck or
+    /// synccheck): a report is a failure (exit 1) with the tool's class. Needs
+    /// compute-sanitizer on PATH or in RELATTN_SANITIZER (else exit 3).
     #[arg(long, value_enum, value_name = "TOOL")]
     pub sanitize: Option<crate::sanitize::Tool>,
 }

@@ -19,7 +19,7 @@ use presets::{GLOBAL_EXTENT, LOCAL_EXTENT};
 use relattn_reference::casefile::{write_case, CaseMeta};
 use relattn_reference::gen::{generate, BiasMode, GenSpec, PageMode};
 use relattn_reference::limits::max_case_bytes;
-use relattn_reference::{CacheLayout, DType};
+use relattn_reference::{CacheLayout, DType, RowLayout};
 use std::path::PathBuf;
 
 /// Cases at least this large (their tensors in memory) take seconds to generate: the command
@@ -27,7 +27,7 @@ use std::path::PathBuf;
 const LONG_CASE_BYTES: u64 = 256 << 20;
 
 /// Every flag that describes a case, which `--case` takes from its matrix instead.
-const SPEC_FLAGS: [&str; 20] = [
+const SPEC_FLAGS: [&str; 21] = [
     "preset",
     "heads",
     "kv_heads",
@@ -38,6 +38,7 @@ const SPEC_FLAGS: [&str; 20] = [
     "scale",
     "page_size",
     "layout",
+    "rows",
     "dtype",
     "requests",
     "padding_rows",
@@ -93,6 +94,9 @@ pub struct Args {
     /// How GPU runs place the caches: contiguous, nhd_packed, hnd_packed [default: nhd_packed].
     #[arg(long)]
     pub layout: Option<CacheLayout>,
+    /// How implementations get q, rel_logits and out: padded, strided, exact [default: padded].
+    #[arg(long)]
+    pub rows: Option<RowLayout>,
     /// bf16, fp16 or fp32 [default: bf16].
     #[arg(long)]
     pub dtype: Option<DType>,
@@ -267,6 +271,7 @@ fn spec_of(a: &Args) -> anyhow::Result<GenSpec> {
         poison: base.poison && !a.no_poison,
         seed: a.seed.unwrap_or(base.seed),
         inputs: a.inputs.unwrap_or(base.inputs),
+        rows: a.rows.unwrap_or(base.rows),
     })
 }
 

@@ -29,9 +29,10 @@ pub struct Args {
     /// in a child process, because a trapped kernel leaves its CUDA context unusable).
     #[arg(long)]
     pub path: Option<String>,
-    /// Run each (defect, path) under NVIDIA's compute-sanitizer with this tool (memcheck), every
-    /// defect built without the bounds check: a defect is caught when memcheck reports a memory
-    /// error in a trial (or the output fails). Needs compute-sanitizer (else exit 3).
+    /// Run each (defect, path) under NVIDIA's compute-sanitizer with this tool (memcheck,
+    /// initcheck, racecheck or synccheck), every defect built without the bounds check: a defect
+    /// is caught when the tool reports an error in a trial (or the output fails). Needs
+    /// compute-sanitizer (else exit 3).
     #[arg(long, value_enum, value_name = "TOOL")]
     pub sanitize: Option<crate::sanitize::Tool>,
 }
@@ -53,6 +54,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect::<Result<_, _>>()?,
     };
+    // A defect only a sanitizer tool sees runs only under that tool (else it would "survive"
+    // by chance): without it, it is listed as not run.
+    let tool = args.sanitize.map(|t| t.as_str());
+    let (selected, unseen): (Vec<Mutant>, Vec<Mutant>) = selected
+        .into_iter()
+        .partition(|m| m.seen_by_tool().is_none_or(|t| Some(t) == tool));
+    if selected.is_empty() {
+        let names: Vec<String> = unseen
+            .iter()
+            .map(|m| format!("{m} (--sanitize {})", m.seen_by_tool().unwrap_or_default()))
+            .collect();
+        return Err(exit::usage(format!(
+            "only compute-sanitizer sees these defects: {}",
+            names.join(", ")
+        )));
+    }
+    if args.path.is_none() {
+        for m in &unseen {
+            println!(
+                "{:<22} not run: only compute-sanitizer sees it (--sanitize {})",
+                m.as_str(),
+                m.seen_by_tool().unwrap_or_default()
+            );
+        }
+    }
     let only_path = match &args.path {
         Some(p) => Some(
             p.parse::<PathId>()

@@ -135,10 +135,11 @@ pub struct Args {
     /// RAYON_NUM_THREADS says) and of the memory for cases prepared ahead.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub processes: usize,
-    /// Run every GPU trial under NVIDIA's compute-sanitizer with this tool (memcheck): a trial
-    /// with a memory error fails as an out-of-bounds access. Needs compute-sanitizer on PATH or
-    /// in RELATTN_SANITIZER (else exit 3); one GPU; bounds checks off unless --bounds-check
-    /// says; times are not comparable with unsanitized runs.
+    /// Run every GPU trial under NVIDIA's compute-sanitizer with this tool: memcheck (with
+    /// padding after every allocation), initcheck, racecheck or synccheck. A trial the tool
+    /// reports fails with the tool's class. Needs compute-sanitizer on PATH or in
+    /// RELATTN_SANITIZER (else exit 3); one GPU; bounds checks off unless --bounds-check says;
+    /// times are not comparable with unsanitized runs.
     #[arg(long, value_enum, value_name = "TOOL")]
     pub sanitize: Option<crate::sanitize::Tool>,
 }

@@ -263,7 +263,7 @@ impl WorkerRunner {
     /// Under `--sanitize`, what the sanitizer's log says about the request just answered.
     fn sanitizer_check(&self, st: &mut State) -> Result<Option<Checked>, String> {
         match (&self.spec.sanitizer, st.watch.as_mut()) {
-            (Some(s), Some(watch)) => crate::sanitize::check(watch, s.tool.as_str()).map(Some),
+            (Some(s), Some(watch)) => crate::sanitize::check(watch, s.tool).map(Some),
             _ => Ok(None),
         }
     }

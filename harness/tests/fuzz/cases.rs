@@ -125,6 +125,7 @@ fn small_spec() -> impl Strategy<Value = GenSpec> {
                     poison: true,
                     seed,
                     inputs,
+                    rows: relattn_reference::RowLayout::Padded,
                 }
             },
         )
@@ -139,6 +140,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         "window_left",
         "causal",
         "cache_layout",
+        "row_layout",
         "seed",
         "case_id",
     ]);

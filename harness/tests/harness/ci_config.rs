@@ -113,3 +113,48 @@ fn ci_runs_the_readmes_test_command_and_installs_no_python_package() {
         assert!(!installs, ".ci/run installs a package: `{l}`");
     }
 }
+
+/// The nightly sanitized tier's script: an unknown step is a usage error naming the steps, and
+/// without a GPU every run it makes exits 3 (no usable GPU), which the script passes on, with
+/// each command and its exit code in timings.tsv.
+#[test]
+fn the_nightly_sanitized_script_names_its_steps_and_passes_exit_codes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = repo().join("ci/nightly-sanitized.sh");
+    let run = |steps: &[&str]| {
+        Command::new("bash")
+            .arg(&script)
+            .args(steps)
+            .env("RELATTN_BIN", env!("CARGO_BIN_EXE_relattn"))
+            .env("OUT", dir.path())
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .output()
+            .unwrap()
+    };
+    let bad = run(&["sideways"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("unknown step sideways") && err.contains("racecheck"),
+        "{err}"
+    );
+    let out = run(&["plain"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let timings = std::fs::read_to_string(dir.path().join("timings.tsv")).unwrap();
+    let lines: Vec<&str> = timings.lines().collect();
+    assert_eq!(lines.len(), 3, "{timings}");
+    assert!(lines[1].starts_with("plain-native\trelattn run --require-gpu --matrix regressions"));
+    assert!(
+        lines[2].contains("--paths none --impl vllm,triton,fa4,flex"),
+        "{timings}"
+    );
+    assert!(
+        lines[1..].iter().all(|l| l.split('\t').nth(2) == Some("3")),
+        "{timings}"
+    );
+}

@@ -99,9 +99,10 @@ fn without_compute_sanitizer_every_sanitized_command_exits_3() {
     );
 }
 
-/// The smoke tier's decode-mix cases through the numpy worker under the stand-in sanitizer,
-/// one of them reported; the report written `delay_ms` after the answer when given.
-fn sanitized_run(dir: &Path, delay_ms: Option<&str>) -> (Output, Vec<Value>, String) {
+/// The smoke tier's decode-mix cases through the numpy worker under the stand-in sanitizer
+/// running `tool`, one of them reported; the report written `delay_ms` after the answer when
+/// given.
+fn sanitized_run(dir: &Path, tool: &str, delay_ms: Option<&str>) -> (Output, Vec<Value>, String) {
     let cases = relattn_matrices::load_tier("smoke")
         .unwrap()
         .expand()
@@ -137,7 +138,7 @@ fn sanitized_run(dir: &Path, delay_ms: Option<&str>) -> (Output, Vec<Value>, Str
             "--paths",
             "none",
             "--sanitize",
-            "memcheck",
+            tool,
             "--out",
             out.to_str().unwrap(),
         ],
@@ -147,7 +148,37 @@ fn sanitized_run(dir: &Path, delay_ms: Option<&str>) -> (Output, Vec<Value>, Str
     (o, rows, target)
 }
 
-fn check_verdicts(out: &Output, rows: &[Value], target: &str) {
+/// The first words of each tool's failure message in the stand-in's report.
+fn expected_start(tool: &str) -> &'static str {
+    match tool {
+        "memcheck" => {
+            "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer \
+             memcheck reported 1 error(s) while this trial ran; the first: Invalid __global__ \
+             read of size 2 bytes; at score_mod_rel_bias+0x1a30; by thread (5,0,0) in block \
+             (0,3,1); Address 0x7f12c0000200 is out of bounds; and is 1 bytes after the nearest \
+             allocation at 0x7f12c0000000 of size 511 bytes; the output passes docs/operator.md \
+             section 6"
+        }
+        "initcheck" => {
+            "read of memory never written (docs/operator.md section 5, class 7): \
+             compute-sanitizer initcheck reported 1 error(s) while this trial ran; the first: \
+             Uninitialized __global__ memory read of size 4 bytes; at combine+0x90"
+        }
+        "racecheck" => {
+            "shared-memory race: compute-sanitizer racecheck reported 1 error(s) while this \
+             trial ran; the first: Error: Race reported between Write access at combine+0x40; \
+             and Read access at combine+0x80 [16 hazards]"
+        }
+        "synccheck" => {
+            "barrier misuse: compute-sanitizer synccheck reported 1 error(s) while this trial \
+             ran; the first: Barrier error detected. Divergent thread(s) in block; at \
+             decode+0x10"
+        }
+        other => panic!("no such tool {other}"),
+    }
+}
+
+fn check_verdicts(out: &Output, rows: &[Value], target: &str, tool: &str) {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -156,31 +187,45 @@ fn check_verdicts(out: &Output, rows: &[Value], target: &str) {
     );
     assert!(rows.len() >= 2);
     for r in rows {
-        assert_eq!(r["params"]["sanitize"], "memcheck", "{r}");
+        assert_eq!(r["params"]["sanitize"], tool, "{r}");
         let m = r["message"].as_str().unwrap();
         if r["case_id"] == target {
             assert_eq!(r["status"], "fail", "{r}");
-            assert!(
-                m.starts_with(
-                    "out-of-bounds access (docs/operator.md section 5, class 5): compute-sanitizer memcheck reported \
-                     1 error(s) while this trial ran; the first: Invalid __global__ read of size 2 \
-                     bytes; at score_mod_rel_bias+0x1a30; by thread (5,0,0) in block (0,3,1); \
-                     Address 0x7f12c0000200 is out of bounds; and is 1 bytes after the nearest \
-                     allocation at 0x7f12c0000000 of size 511 bytes; the output passes docs/operator.md section 6"
-                ),
-                "{m}"
-            );
+            assert!(m.starts_with(expected_start(tool)), "{m}");
         } else {
             assert_eq!(r["status"], "pass", "{r}");
         }
     }
 }
 
+/// Each tool's report fails its trial alone, with the tool's class; the sanitizer's command
+/// line names the tool, and memcheck's adds `--padding` (the others take none).
+#[rstest::rstest]
+fn each_tools_report_fails_its_trial_alone(
+    #[values("initcheck", "racecheck", "synccheck")] tool: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, rows, target) = sanitized_run(dir.path(), tool, None);
+    check_verdicts(&out, &rows, &target, tool);
+    let starts = std::fs::read_to_string(dir.path().join("args.jsonl")).unwrap();
+    for line in starts.lines() {
+        let s: Value = serde_json::from_str(line).unwrap();
+        let argv: Vec<&str> = s["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(&argv[..2], ["--tool", tool], "{argv:?}");
+        assert!(!argv.contains(&"--padding"), "{argv:?}");
+    }
+}
+
 #[test]
 fn a_memcheck_report_fails_its_trial_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let (out, rows, target) = sanitized_run(dir.path(), None);
-    check_verdicts(&out, &rows, &target);
+    let (out, rows, target) = sanitized_run(dir.path(), "memcheck", None);
+    check_verdicts(&out, &rows, &target, "memcheck");
     // The worker ran under the sanitizer with a log file and PyTorch's cache off, and was
     // started again after the trial with errors.
     let starts: Vec<Value> = std::fs::read_to_string(dir.path().join("args.jsonl"))
@@ -197,6 +242,12 @@ fn a_memcheck_report_fails_its_trial_alone() {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert_eq!(&argv[..2], ["--tool", "memcheck"], "{argv:?}");
+        let padding = argv.iter().position(|&a| a == "--padding");
+        assert_eq!(
+            padding.map(|i| argv[i + 1]),
+            Some(relattn_harness::sanitize::PADDING.to_string().as_str()),
+            "{argv:?}"
+        );
         assert!(
             argv.contains(&"--log-file") && argv.iter().any(|a| a.ends_with("numpy_worker.py")),
             "{argv:?}"
@@ -223,6 +274,6 @@ fn a_memcheck_report_fails_its_trial_alone() {
 #[test]
 fn a_report_written_just_after_the_answer_is_still_the_trials() {
     let dir = tempfile::tempdir().unwrap();
-    let (out, rows, target) = sanitized_run(dir.path(), Some("40"));
-    check_verdicts(&out, &rows, &target);
+    let (out, rows, target) = sanitized_run(dir.path(), "memcheck", Some("40"));
+    check_verdicts(&out, &rows, &target, "memcheck");
 }

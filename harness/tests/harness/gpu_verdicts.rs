@@ -219,7 +219,10 @@ fn a_sanitizer_error_fails_the_trial_with_its_class() {
     let reports = parse(
         "========= Invalid __global__ read of size 2 bytes\n=========     at k+0x10\n=========\n",
     );
-    let errors = Some(failure_message("memcheck", &reports));
+    let errors = Some(failure_message(
+        relattn_harness::sanitize::Tool::Memcheck,
+        &reports,
+    ));
     let row = row_of(Exact {
         counters_left: 0,
         padding_intact: true,

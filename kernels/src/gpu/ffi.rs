@@ -167,6 +167,18 @@ pub(crate) fn fill_bytes<T>(
     unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, n, stream.cu_stream()) }
 }
 
+/// A buffer of `len` elements whose bytes nothing has written (no memset, no copy): what
+/// compute-sanitizer's initcheck needs to see a read of a workspace element no kernel wrote.
+pub(crate) fn alloc_unwritten<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<CudaSlice<T>, DriverError> {
+    // SAFETY: the elements are plain device bytes of a `DeviceRepr` type; reading one before a
+    // kernel writes it yields unspecified bytes, never undefined behaviour on the host (the host
+    // reads back only what the launches wrote, or a poison image it uploaded itself).
+    unsafe { stream.alloc::<T>(len) }
+}
+
 /// Launch one kernel taking `Params` by value, with the CTA size the entries are built for (entry.cuh) and
 /// `shared_mem_bytes` of dynamic shared memory (the function must allow that much: see
 /// `Gpu::load`).

@@ -51,7 +51,7 @@ pub use peaks::{
     measure_copy, measure_gemm, measure_peaks, CopyPeak, GemmPeak, PeakError, PeakOptions, Peaks,
     Timing,
 };
-pub use run_path::{run_path, run_path_timed, GpuRun, Repeats};
+pub use run_path::{run_path, run_path_timed, set_workspace_poison, GpuRun, Repeats};
 pub use source::{
     constants_header, dtype_option, entries, entries_of, entry_name, files, own_file, program_name,
     program_source, Stage, DTYPES, PARAMS, SHARED, SHARED_CONSTANTS,

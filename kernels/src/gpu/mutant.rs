@@ -36,7 +36,7 @@ pub struct Patch {
     pub to: &'static str,
 }
 
-/// One planted defect. `define()` is its number (1..=23), as `relattn mutants --only` takes it.
+/// One planted defect. `define()` is its number (1..=24), as `relattn mutants --only` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mutant {
     /// The bias index is `d - 1` instead of `d`.
@@ -93,10 +93,14 @@ pub enum Mutant {
     /// before a prefill (docs/operator.md section 5 class 8's 8 x decode + 1 prefill) runs the
     /// prefill's rows as decode rows.
     DispatchOnFirstRequest,
+    /// The combine reads the warps' maxima from shared memory without the barrier after their
+    /// stores: a read-after-write race. The maximum only shifts the exponentials, so the output
+    /// is almost always right; compute-sanitizer's racecheck sees the race.
+    CombineMaxUnsynced,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 24] = [
         Mutant::RelIndexMinusOne,
         Mutant::BiasAtExtent,
         Mutant::LocalRowBias,
@@ -120,6 +124,7 @@ impl Mutant {
         Mutant::BiasTimesScale,
         Mutant::Bf16Accumulator,
         Mutant::DispatchOnFirstRequest,
+        Mutant::CombineMaxUnsynced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -147,6 +152,7 @@ impl Mutant {
             Mutant::BiasTimesScale => "bias_times_scale",
             Mutant::Bf16Accumulator => "bf16_accumulator",
             Mutant::DispatchOnFirstRequest => "dispatch_on_first_request",
+            Mutant::CombineMaxUnsynced => "combine_max_unsynced",
         }
     }
 
@@ -175,6 +181,7 @@ impl Mutant {
             Mutant::BiasTimesScale => 21,
             Mutant::Bf16Accumulator => 22,
             Mutant::DispatchOnFirstRequest => 23,
+            Mutant::CombineMaxUnsynced => 24,
         }
     }
 
@@ -189,7 +196,7 @@ impl Mutant {
             // Only the split merges rescale partials.
             Mutant::CombineNoRescale | Mutant::CombineClamped => Site::SplitMerge,
             // Only a combine kernel reads a partial per split, empty or not.
-            Mutant::EmptySplitPublished => Site::CombineKernel,
+            Mutant::EmptySplitPublished | Mutant::CombineMaxUnsynced => Site::CombineKernel,
             // Only the split-KV decode kernel counts finished splits and cuts splits into pieces.
             Mutant::CounterNotReset | Mutant::PiecesNoRescale => Site::DecodeKernel,
             // Only rows that read rel_logits stage it (a prologue's buffer is not staged).
@@ -236,6 +243,16 @@ impl Mutant {
         matches!(self, Mutant::RelRowPastEnd)
     }
 
+    /// The compute-sanitizer tool without which the defect is seen only by chance (its output
+    /// is almost always right, and no bounds check sees it): `relattn mutants` runs it only
+    /// under that tool.
+    pub fn seen_by_tool(self) -> Option<&'static str> {
+        match self {
+            Mutant::CombineMaxUnsynced => Some("racecheck"),
+            _ => None,
+        }
+    }
+
     /// What kind of case exposes the defect (for reports and for choosing cases).
     pub fn exposed_by(self) -> &'static str {
         match self {
@@ -266,6 +283,7 @@ impl Mutant {
             Mutant::DispatchOnFirstRequest => {
                 "a batch of decodes followed by a prefill in one launch (a warm-up shape)"
             }
+            Mutant::CombineMaxUnsynced => "any split-KV run through a combine kernel, under racecheck",
         }
     }
 }
@@ -286,7 +304,8 @@ impl FromStr for Mutant {
             .ok_or_else(|| {
                 let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.as_str()).collect();
                 format!(
-                    "unknown mutant `{s}`: expected 1..=23 or one of {}",
+                    "unknown mutant `{s}`: expected 1..={} or one of {}",
+                    Mutant::ALL.len(),
                     names.join(", ")
                 )
             })

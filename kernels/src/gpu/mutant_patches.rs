@@ -230,6 +230,14 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
 "#,
             },
         ],
+        Mutant::CombineMaxUnsynced => &[Patch {
+            file: "combine.cuh",
+            from: r#"    if ((c & 31) == 0) red[c >> 5] = m;
+    __syncthreads();
+"#,
+            to: r#"    if ((c & 31) == 0) red[c >> 5] = m;
+"#,
+        }],
         Mutant::EmptySplitPublished => &[Patch {
             file: "combine.cuh",
             from: r#"        if (s < p.num_splits && nonempty(s)) {

@@ -17,6 +17,7 @@ use crate::routing::PathId;
 use crate::routing::SplitSetting;
 use cudarc::driver::{sys, CudaSlice, DevicePtr, DriverError};
 use ndarray::Array3;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What one run of a path produced.
 #[derive(Debug, Clone)]
@@ -64,6 +65,16 @@ fn after_launch(kernel: &str) -> impl FnOnce(DriverError) -> GpuError + '_ {
 fn ptr<T>(gpu: &Gpu, buf: &CudaSlice<T>) -> u64 {
     let (p, _guard) = buf.device_ptr(&gpu.stream);
     p
+}
+
+/// Whether runs poison their workspaces before the launches (on unless turned off).
+static POISON_WORKSPACES: AtomicBool = AtomicBool::new(true);
+
+/// Turn the workspace poison of every later run in this process off (`false`) or on. A process
+/// under compute-sanitizer's initcheck turns it off: the poison is a memset, which initcheck
+/// counts as a write, so a combine reading a partial no kernel wrote would go unseen.
+pub fn set_workspace_poison(on: bool) {
+    POISON_WORKSPACES.store(on, Ordering::Relaxed);
 }
 
 /// How a run is timed beyond its first launch: up to `warm_launches` repeats of the whole plan
@@ -136,20 +147,19 @@ pub fn run_path_timed(
     let ws_o_len = plan.workspace_splits * rows * HEAD_DIM;
     let ws_lse_len = plan.workspace_splits * rows;
     let shear_len = rows * plan.shear_width;
-    let mut ws_o = stream
-        .alloc_zeros::<f32>(ws_o_len.max(1))
+    let mut ws_o = ffi::alloc_unwritten::<f32>(stream, ws_o_len.max(1))
         .map_err(driver("allocating the split workspace"))?;
-    let mut ws_lse = stream
-        .alloc_zeros::<f32>(ws_lse_len.max(1))
+    let mut ws_lse = ffi::alloc_unwritten::<f32>(stream, ws_lse_len.max(1))
         .map_err(driver("allocating the LSE workspace"))?;
-    let mut shear = stream
-        .alloc_zeros::<u8>((shear_len * g.dtype.size_bytes()).max(1))
+    let mut shear = ffi::alloc_unwritten::<u8>(stream, (shear_len * g.dtype.size_bytes()).max(1))
         .map_err(driver("allocating the sheared bias buffer"))?;
-    for what in [&mut ws_o, &mut ws_lse] {
-        ffi::fill_bytes(stream, what, 0xFF).map_err(driver("poisoning the workspace"))?;
+    if POISON_WORKSPACES.load(Ordering::Relaxed) {
+        for what in [&mut ws_o, &mut ws_lse] {
+            ffi::fill_bytes(stream, what, 0xFF).map_err(driver("poisoning the workspace"))?;
+        }
+        ffi::fill_bytes(stream, &mut shear, 0xFF)
+            .map_err(driver("poisoning the sheared bias buffer"))?;
     }
-    ffi::fill_bytes(stream, &mut shear, 0xFF)
-        .map_err(driver("poisoning the sheared bias buffer"))?;
     // The decode kernel's counters (finished splits per request and KV head, then finished
     // pieces per split when splits have several) start at zero; its merging CTAs leave them so.
     let count_len = if plan.has_stage(Stage::Decode) {
@@ -165,9 +175,10 @@ pub fn run_path_timed(
     let ws_count = stream
         .alloc_zeros::<u32>(count_len.max(1))
         .map_err(driver("allocating the split counters"))?;
-    // A fresh `out` holding the poison image (the kernels write it in place).
+    // A fresh `out` holding the poison image's allocated rows (the kernels write it in place).
     // (Never empty: a zero-length allocation is refused by some drivers.)
-    let mut image = problem.out_poison.clone();
+    let row_bytes = g.num_heads * g.head_dim * g.dtype.size_bytes();
+    let mut image = problem.out_poison[..problem.allocated_rows * row_bytes].to_vec();
     image.resize(image.len().max(4), 0);
     let out = stream.clone_htod(&image).map_err(driver("poisoning out"))?;
 
@@ -248,6 +259,10 @@ pub fn run_path_timed(
     };
     stream.synchronize().map_err(after_launch(&all))?;
     let counters_left = counters.iter().filter(|&&c| c != 0).count();
+    // Rows not on the device (the exact layout's padding) read back as they were poisoned.
+    let mut bytes = bytes;
+    bytes.truncate(problem.allocated_rows * row_bytes);
+    bytes.extend_from_slice(&problem.out_poison[bytes.len()..]);
     let out_bytes = &bytes[..problem.out_poison.len()];
     let padding_start = g.real_rows * g.num_heads * g.head_dim * g.dtype.size_bytes();
     let padding_intact = out_bytes[padding_start..] == problem.out_poison[padding_start..];
@@ -320,6 +335,8 @@ fn params(
     let g = &p.geometry;
     let i = |x: usize| x as i64;
     let (t, h, d, e) = (g.total_rows, g.num_heads, g.head_dim, g.rel_extent);
+    // The rows of q, rel_logits and out the device holds (what the bounds check allows).
+    let rows = p.allocated_rows;
     Params {
         q: ptr(gpu, &p.q),
         kv: ptr(gpu, &p.kv),
@@ -354,10 +371,10 @@ fn params(
         shear_width: i(plan.shear_width),
         real_rows: i(g.real_rows),
         piece_keys: i(plan.piece_keys),
-        q_size: i(t * h * d),
+        q_size: i(rows * h * d),
         kv_size: i(g.kv_elems),
-        rel_size: i(t * h * e),
-        out_size: i(t * h * d),
+        rel_size: i(rows * h * e),
+        out_size: i(rows * h * d),
         bt_size: i(g.batch() * g.max_pages),
         ws_o_size: i(ws.ws_o_len),
         ws_lse_size: i(ws.ws_lse_len),

@@ -9,7 +9,7 @@ use super::geometry::Geometry;
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use ndarray::Array3;
-use relattn_reference::{DType, Problem};
+use relattn_reference::{DType, Problem, RowLayout};
 
 /// What unwritten real rows of `out` hold: a NaN payload no arithmetic produces (GPUs produce the
 /// canonical NaN), so "never written" and "computed NaN" stay distinguishable.
@@ -99,7 +99,12 @@ pub struct DeviceProblem {
     pub(crate) block_table: CudaSlice<i32>,
     pub(crate) seqused_k: CudaSlice<i32>,
     pub(crate) cu_seqlens_q: CudaSlice<i32>,
+    /// `[T, H, D]` as `out` is reset to before each launch; the first `allocated_rows` rows of
+    /// it are uploaded.
     pub(crate) out_poison: Vec<u8>,
+    /// Rows of q, rel_logits and out on the device: `T`, or the real rows alone for the exact
+    /// row layout (`RowLayout::Exact`), whose padding rows exist only on the host.
+    pub(crate) allocated_rows: usize,
     pub(crate) device: usize,
 }
 
@@ -145,12 +150,24 @@ fn upload<T: cudarc::driver::DeviceRepr + Copy + Default>(
 
 impl Gpu {
     /// Upload a problem's tensors in its dtype (K and V as the one cache buffer with its views).
+    /// With the exact row layout, q and rel_logits hold the real rows alone, each in its own
+    /// allocation (as every tensor here is), so a read of a row past them is outside every
+    /// allocation.
     pub fn upload(&self, p: &Problem) -> Result<DeviceProblem, GpuError> {
         let geometry = Geometry::of(p);
         let dt = p.dtype;
-        let q = upload(self, "q", encode(dt, &as_slice(&p.q)))?;
+        let allocated_rows = match p.rows {
+            RowLayout::Exact => geometry.real_rows,
+            RowLayout::Padded | RowLayout::Strided => geometry.total_rows,
+        };
+        let rows = |a: &Array3<f32>| a.slice(ndarray::s![..allocated_rows, .., ..]).to_owned();
+        let q = upload(self, "q", encode(dt, &as_slice(&rows(&p.q))))?;
         let kv = upload(self, "the KV cache", encode(dt, &p.kv))?;
-        let rel = upload(self, "rel_logits", encode(dt, &as_slice(&p.rel_logits)))?;
+        let rel = upload(
+            self,
+            "rel_logits",
+            encode(dt, &as_slice(&rows(&p.rel_logits))),
+        )?;
         let out_poison = out_poison(&geometry);
         let block_table = upload(self, "block_table", p.block_table.iter().copied().collect())?;
         let seqused_k = upload(self, "seqused_k", p.seqused_k.clone())?;
@@ -164,6 +181,7 @@ impl Gpu {
             seqused_k,
             cu_seqlens_q,
             out_poison,
+            allocated_rows,
             device: self.index(),
         })
     }

@@ -3,7 +3,7 @@
 use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Links, Reader};
 use super::{CaseFile, CaseFileError, CaseMeta, FORMAT_VERSION};
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
-use crate::problem::{CacheLayout, Problem, ProblemData};
+use crate::problem::{CacheLayout, Problem, ProblemData, RowLayout};
 use ndarray::{Array2, Array3};
 use std::collections::HashMap;
 use std::path::Path;
@@ -82,6 +82,10 @@ pub fn write_case(
             meta.cache_layout.name().to_string(),
         ),
     ]);
+    // Written only away from the default, so files of padded cases keep their bytes (and ids).
+    if p.rows != RowLayout::Padded {
+        metadata.insert("row_layout".into(), p.rows.name().to_string());
+    }
     if let Some(id) = &meta.case_id {
         metadata.insert("case_id".into(), id.clone());
     }
@@ -222,6 +226,10 @@ pub fn parse_case(path: &Path, bytes: &[u8], limit: u64) -> Result<CaseFile, Cas
             .map_err(|_| shape_error("rel_logits", rel.shape()))?,
         kv,
         layout: meta.cache_layout,
+        rows: match r.meta("row_layout") {
+            Some(s) => r.parse_meta("row_layout", s, "padded, strided or exact")?,
+            None => RowLayout::Padded,
+        },
         k: views_k,
         v: views_v,
         block_table: Array2::from_shape_vec(table_shape, r.i32s("block_table", &block_table)?)

@@ -304,6 +304,7 @@ fn bad_metadata_values() {
         ("causal", "false"),
         ("seed", "-1"),
         ("cache_layout", "striped"),
+        ("row_layout", "sideways"),
     ];
     for (key, value) in cases {
         let (_dir, path, _) = case_file();

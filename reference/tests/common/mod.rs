@@ -118,6 +118,7 @@ impl Dense {
             rel_logits: self.rel_logits.clone(),
             kv,
             layout,
+            rows: Default::default(),
             k: kview,
             v: vview,
             block_table: table,
@@ -162,6 +163,7 @@ pub fn small_spec(
         poison: true,
         seed,
         inputs: relattn_reference::Inputs::Rms1,
+        rows: relattn_reference::RowLayout::Padded,
     }
 }
 
