@@ -233,6 +233,26 @@ impl Sanitizer {
     }
 }
 
+/// The start-up every sanitized command shares, in two steps. `find`: before any GPU detection,
+/// the sanitizer `--sanitize` asked for (exit 3 when there is none). `run_natives_under`: when
+/// the native paths are about to run in this process (`ready`: a usable GPU) and this is not
+/// yet the sanitized child, the command again under the sanitizer (never returns then).
+pub fn find(tool: Option<Tool>) -> anyhow::Result<Option<Sanitizer>> {
+    tool.map(Sanitizer::find).transpose()
+}
+
+/// See `find`.
+pub fn run_natives_under(
+    sanitizer: Option<&Sanitizer>,
+    what: &str,
+    ready: bool,
+) -> anyhow::Result<()> {
+    match sanitizer {
+        Some(s) if ready && child_log().is_none() => s.reexec(what),
+        _ => Ok(()),
+    }
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

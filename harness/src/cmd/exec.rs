@@ -67,10 +67,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Before any GPU detection: no sanitizer, no run (exit 3).
-    let sanitizer = args
-        .sanitize
-        .map(crate::sanitize::Sanitizer::find)
-        .transpose()?;
+    let sanitizer = crate::sanitize::find(args.sanitize)?;
     if same_file(&args.input, &args.output) {
         return Err(usage(format!(
             "--output {} is the input file: write the output to another file",
@@ -174,9 +171,7 @@ fn native(
         }
     };
     // The kernels run in this process: sanitized, it runs again under the sanitizer.
-    if let (Some(s), None) = (sanitizer, crate::sanitize::child_log()) {
-        s.reexec("exec")?;
-    }
+    crate::sanitize::run_natives_under(sanitizer, "exec", true)?;
     let bounds = if args.bounds_check {
         BoundsCheck::On
     } else {

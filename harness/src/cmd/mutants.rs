@@ -39,10 +39,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Before any GPU detection: no sanitizer, no run (exit 3).
-    let sanitizer = args
-        .sanitize
-        .map(crate::sanitize::Sanitizer::find)
-        .transpose()?;
+    let sanitizer = crate::sanitize::find(args.sanitize)?;
     let selected: Vec<Mutant> = match &args.only {
         None => Mutant::ALL.to_vec(),
         Some(list) => list
@@ -87,12 +84,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => return run_children(&args, &selected),
     };
     // One (defect, path) in this process: sanitized, it runs again under the sanitizer.
-    if let (Some(s), None) = (&sanitizer, crate::sanitize::child_log()) {
+    if sanitizer.is_some() {
         let selection = DeviceSelection::List(vec![args.device]);
         let status = crate::gpu_status::detect(&NvmlSource::new(), Gpu::available(), &selection);
-        if matches!(status, GpuStatus::Ready { .. }) {
-            s.reexec("mutants")?;
-        }
+        let ready = matches!(status, GpuStatus::Ready { .. });
+        crate::sanitize::run_natives_under(sanitizer.as_ref(), "mutants", ready)?;
     }
     let store = CaseStore::keep_all();
     let mut survived = Vec::new();

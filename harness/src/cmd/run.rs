@@ -148,18 +148,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::engine::on_signals("run");
     share_machine(args.processes)?;
     let libs = crate::gpu_exec::libraries_present();
-    if let Some(tool) = args.sanitize {
-        // Before any GPU detection: no sanitizer, no run (exit 3).
-        let sanitizer = crate::sanitize::Sanitizer::find(tool)?;
+    // Before any GPU detection: no sanitizer, no run (exit 3).
+    if let Some(sanitizer) = crate::sanitize::find(args.sanitize)? {
         let devices = sanitized_devices(&args)?;
         // The native paths run in this process: sanitized, it runs again under the sanitizer.
         let native = args.paths.trim() != "none";
-        if native && crate::sanitize::child_log().is_none() {
-            let status = crate::gpu_status::detect(&NvmlSource::new(), libs, &devices);
-            if matches!(status, GpuStatus::Ready { .. }) {
-                sanitizer.reexec("run")?;
-            }
-        }
+        let ready = native
+            && matches!(
+                crate::gpu_status::detect(&NvmlSource::new(), libs, &devices),
+                GpuStatus::Ready { .. }
+            );
+        crate::sanitize::run_natives_under(Some(&sanitizer), "run", ready)?;
     }
     let factory = factory(&args);
     run_with(args, &NvmlSource::new(), libs, &factory)
@@ -255,10 +254,7 @@ pub fn run_with(
     if rerun.as_ref().is_some_and(|(_, names)| names.is_empty()) {
         return Ok(());
     }
-    let sanitizer = args
-        .sanitize
-        .map(crate::sanitize::Sanitizer::find)
-        .transpose()?;
+    let sanitizer = crate::sanitize::find(args.sanitize)?;
     if sanitizer.is_some() {
         sanitized_devices(&args)?;
     }
