@@ -1,15 +1,17 @@
 //! The trial engine: every command that runs trials (`run`, `mutants`, the `cargo test`
 //! trials) hands them here and gets report rows back. It owns the threads (`schedule`), the
 //! cases and their references (`cases`), one trial's steps (`trial`), the one place a row is
-//! written (`row`), the triage of failing trials (`triage`), stopping on a signal (`cancel`), the tally a progress line reads, and the
-//! resume filter (trials a report already holds are not run). What a command does with the rows
-//! (a report's lifecycle, a console table, a test verdict) stays with the command.
+//! written (`row`), the triage of failing trials (`triage`), stopping on a signal (`cancel`),
+//! the tally a progress line reads, and the resume filter (trials a report already holds are
+//! not run). What a command does with the rows (a report's life cycle, a console, a test
+//! verdict) stays with the command: its reporters get the run's events (`events`).
 
 mod ahead;
 mod cancel;
 pub mod case_cache;
 mod cases;
 pub mod compile_key;
+mod events;
 mod row;
 mod schedule;
 mod triage;
@@ -17,17 +19,39 @@ mod trial;
 
 pub use cancel::{on_signals, stopping};
 pub use cases::{CaseData, CaseStore};
+pub use events::{Event, Reporter, Stop};
 pub use row::{failure_text, kv_bytes, output_hash, reproduce_command};
 pub use triage::{meaning as cause_meaning, CAUSES};
 pub use trial::{run_trial, start_trial, Ran, Runners, Step};
 
 use crate::progress::Tally;
 use crate::session::Session;
+use events::emit;
 use relattn_reports::Row;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// The rows a resumed report already holds: their trials do not run again, and the tally
+/// counts them.
+#[derive(Debug, Default)]
+pub struct Done {
+    pub trials: HashSet<String>,
+    pub counts: BTreeMap<&'static str, usize>,
+}
+
+impl Done {
+    pub fn of(rows: &[Row]) -> Done {
+        let mut done = Done::default();
+        for r in rows {
+            done.trials.insert(r.trial.clone());
+            *done.counts.entry(r.status.as_str()).or_default() += 1;
+        }
+        done
+    }
+}
 
 /// How a session's trials run.
 pub struct Engine<'s> {
@@ -37,8 +61,9 @@ pub struct Engine<'s> {
     /// This run is one of `processes` on the machine (its share of the memory for cases
     /// prepared ahead).
     pub processes: usize,
-    /// Counts by status as rows arrive, for the progress line.
-    pub tally: Option<Arc<Mutex<Tally>>>,
+    /// The run's phase and counts by status as rows arrive, for the progress line: the engine
+    /// writes it, a ticker and the reporters read it.
+    pub tally: Arc<Mutex<Tally>>,
     /// Start no trial after this many failed or errored ones (`--max-fail`).
     pub max_fail: Option<usize>,
 }
@@ -49,9 +74,73 @@ impl<'s> Engine<'s> {
             session,
             keep: None,
             processes: 1,
-            tally: None,
+            tally: Arc::default(),
             max_fail: None,
         }
+    }
+
+    fn tally(&self) -> MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Phase `name` of the command begins: the progress line says it, and `reporters` hear it.
+    pub fn phase(
+        &self,
+        name: &'static str,
+        reporters: &mut [&mut dyn Reporter],
+    ) -> anyhow::Result<()> {
+        self.tally().phase = name;
+        emit(reporters, &Event::Phase(name))
+    }
+
+    /// Run every trial of the session but those `done` holds, telling `reporters` the plan,
+    /// each row as it finishes (on this thread) and, when trials were left unstarted, why. The
+    /// tally counts the rows, `done`'s included. A reporter's error stops no trial: every
+    /// reporter still gets every row, and the first error is returned once the trials end.
+    pub fn run_reporting(
+        &self,
+        done: &Done,
+        reporters: &mut [&mut dyn Reporter],
+    ) -> anyhow::Result<Option<Stop>> {
+        let trials = &self.session.trials;
+        let (total, resumed) = (trials.len(), done.trials.len());
+        let to_run = trials
+            .iter()
+            .filter(|t| t.ignore.is_none() && !done.trials.contains(&t.name))
+            .count();
+        {
+            let mut t = self.tally();
+            (t.phase, t.total, t.resumed, t.to_run) = ("trials", total, resumed, to_run);
+            for (status, n) in &done.counts {
+                *t.counts.entry(status).or_default() += n;
+            }
+            t.trials_started = Some(Instant::now());
+        }
+        emit(reporters, &Event::Phase("trials"))?;
+        let planned = Event::Planned {
+            total,
+            resumed,
+            to_run,
+        };
+        emit(reporters, &planned)?;
+        let mut failed = None;
+        let max_failed = self.run(&done.trials, |row| {
+            if let Err(e) = emit(reporters, &Event::Row(&row)) {
+                failed.get_or_insert(e);
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let stop = if max_failed {
+            Some(Stop::MaxFail(self.max_fail.unwrap_or(0)))
+        } else {
+            stopping().then_some(Stop::Interrupted)
+        };
+        if let Some(stop) = stop {
+            emit(reporters, &Event::Stopped(stop))?;
+        }
+        Ok(stop)
     }
 
     /// Run every trial of the session but those in `done` (a resumed report's), handing each
@@ -74,8 +163,8 @@ impl<'s> Engine<'s> {
             if row.status.is_bad() {
                 bad.fetch_add(1, Ordering::SeqCst);
             }
-            if let Some(tally) = &self.tally {
-                let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+            {
+                let mut t = self.tally();
                 t.done += 1;
                 if !ignored.contains(row.trial.as_str()) {
                     t.ran += 1;

@@ -4,12 +4,37 @@
 use super::Args;
 use crate::exit;
 use crate::gpu_status::GpuStatus;
+use crate::sanitize::Sanitizer;
 use crate::session::Session;
 use relattn_reports::Environment;
 
+/// The report's environment with the sanitizer's settings (`--sanitize`) and the run's
+/// identity (`run_identity`, under `IDENTITY_KEY`).
+pub(super) fn run_environment(
+    session: &Session,
+    args: &Args,
+    sanitizer: Option<&Sanitizer>,
+) -> Environment {
+    let mut env = environment(session, args);
+    if let Some(s) = sanitizer {
+        env.extra.insert(
+            "sanitize".into(),
+            serde_json::json!({
+                "tool": s.tool.as_str(),
+                "sanitizer": s.program.display().to_string(),
+                "native_paths": crate::sanitize::child_log().is_some(),
+                "note": "every GPU trial ran under the sanitizer: times are not comparable with unsanitized runs",
+            }),
+        );
+    }
+    env.extra
+        .insert(IDENTITY_KEY.into(), run_identity(session, args));
+    env
+}
+
 /// The report's environment: matrix, shard, relattn's revision and build, seeds, the GPU, the
 /// executor's and the workers' own descriptions.
-pub(super) fn environment(session: &Session, args: &Args) -> Environment {
+fn environment(session: &Session, args: &Args) -> Environment {
     let mut env = Environment {
         matrix: Some(session.set.name()),
         shard: args.shard.clone(),
@@ -54,7 +79,7 @@ pub(super) const IDENTITY_KEY: &str = "run_identity";
 /// What `--resume` compares: the matrix or case folder (with its split settings and
 /// `--keep-going`), shard, case filter, paths, bounds checks, devices, workers, self-checks,
 /// sanitizer, expected failures, triage and relattn's build.
-pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
+fn run_identity(session: &Session, args: &Args) -> serde_json::Value {
     serde_json::json!({
         "matrix": session.set.name(),
         // Absent (null) unless given, so reports of runs from before the flags still resume.
@@ -79,6 +104,8 @@ pub(super) fn run_identity(session: &Session, args: &Args) -> serde_json::Value 
     })
 }
 
+/// Refuses (exit 2) to resume the report in `dir` when its run was started differently from
+/// this one (`identity`), naming what differs.
 pub(super) fn check_identity(
     dir: &std::path::Path,
     kept: &Environment,

@@ -1,10 +1,13 @@
-use super::compile_checks::background_pool;
+use super::compile_checks::{background_pool, wants_compile_checks};
 use super::*;
+use crate::exit;
 use crate::runner::Runner;
-use crate::trial_list::TrialKind;
+use crate::session::SessionOptions;
+use crate::trial_list::{BoundsCheck, TrialKind};
 use relattn_kernels::capability::{DeviceInfo, MockSource};
 use relattn_routing::Capability;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 #[test]
 fn compile_checks_run_at_the_lowest_priority_and_the_caller_keeps_its_own() {
