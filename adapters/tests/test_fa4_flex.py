@@ -19,7 +19,8 @@ import fa4_worker
 import flex_worker
 import relattn_worker
 import torch_common
-from relattn_worker import Unsupported, attention_numpy, read_out, round_to_dtype, write_case
+from relattn_worker import (ROW_LAYOUTS, Unsupported, attention_numpy, read_out, round_to_dtype,
+                            write_case)
 from tests.casegen import random_case
 from tests.test_casefile import TempDir
 from tests.workerproc import ADAPTERS, WorkerProcess, run_request
@@ -310,7 +311,7 @@ class CacheLayout(unittest.TestCase):
         self.assertEqual((tuple(out.shape), out.dtype), ((case.T, case.H, case.D), torch.float16))
         self.assertTrue(torch.isnan(out).all())
         dc = torch_common.DeviceCase(torch, case, "cpu")
-        np.testing.assert_array_equal(dc.q.float().numpy(), case.q)   # NaN padding rows too
+        np.testing.assert_array_equal(dc.q.float().numpy(), case.q[:case.real_rows])
 
     def test_gather_from_the_hnd_views(self):
         case = random_case(query_lens=(3, 1, 5), kv_lens=(7, 4, 21), window_left=5, extent=6)
@@ -328,6 +329,56 @@ class CacheLayout(unittest.TestCase):
             want_v.append(vb)
         np.testing.assert_array_equal(k[0].float().numpy().transpose(1, 0, 2), np.concatenate(want_k))
         np.testing.assert_array_equal(v[0].float().numpy().transpose(1, 0, 2), np.concatenate(want_v))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class RowLayouts(unittest.TestCase):
+    @staticmethod
+    def elements(t):
+        """Elements of the allocation (storage) a tensor views."""
+        return t.untyped_storage().nbytes() // t.element_size()
+
+    def test_each_layout_hands_the_real_rows_as_it_says(self):
+        case = random_case(query_lens=(3, 0, 5), kv_lens=(7, 4, 21), pad_rows=3)
+        rows, (h, d, e) = case.real_rows, (case.H, case.D, case.E)
+        for layout in ROW_LAYOUTS:
+            with self.subTest(layout):
+                case.row_layout = layout
+                q, rel = torch_common.row_inputs(torch, case, "cpu", torch.bfloat16)
+                self.assertEqual((tuple(q.shape), tuple(rel.shape)), ((rows, h, d), (rows, h, e)))
+                np.testing.assert_array_equal(q.float().numpy(), case.q[:rows])
+                np.testing.assert_array_equal(rel.float().numpy(), case.rel_logits[:rows])
+                out, read = torch_common.row_out(torch, case, "cpu", torch.bfloat16)
+                self.assertEqual(tuple(out.shape), (rows, h, d))
+                self.assertTrue(torch.isnan(out).all())
+                out.fill_(1.0)
+                host = read()
+                self.assertEqual(host.shape, (case.T, h, d))
+                self.assertTrue((host[:rows] == 1).all() and np.isnan(host[rows:]).all())
+                if layout == "exact":
+                    # Each its own allocation of exactly the real rows.
+                    for t in (q, rel, out):
+                        self.assertEqual(self.elements(t), t.numel())
+                else:
+                    self.assertEqual(self.elements(rel), case.T * h * e)
+                if layout == "strided":
+                    self.assertEqual(q.stride(), ((h + 2 * case.Hkv) * d, d, 1))
+                    self.assertEqual(out.stride(), (h * d, d, 1))
+                    extra = torch_common.STRIDED_OUT_EXTRA_ROWS
+                    self.assertEqual(self.elements(out), (case.T + extra) * h * d)
+                else:
+                    self.assertTrue(q.is_contiguous())
+
+    def test_flex_gives_one_output_in_every_layout(self):
+        worker = flex_worker.FlexWorker(device="cpu", compile="off")
+        case = random_case(**CASES["mqa_long"])
+        outs = {}
+        for layout in ROW_LAYOUTS:
+            case.row_layout = layout
+            outs[layout], _, _ = worker.run(case, "flex", None, None)
+            judge(self, case, outs[layout])
+        np.testing.assert_array_equal(outs["strided"], outs["padded"])
+        np.testing.assert_array_equal(outs["exact"], outs["padded"])
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
