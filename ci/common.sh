@@ -43,3 +43,24 @@ report_complete() {
 strict_diff_args() {
     [[ " $1 " == *" --strict-coverage "* && " $1 " != *" --allow-missing "* ]]
 }
+
+# logged_step TAIL NAME ARGS...: "$bin" ARGS with its output in $out/logs/NAME.log and a line
+# (name, command, exit code, wall seconds) appended to $timings; prints the exit code, the time
+# and the log's last TAIL lines; keeps the first exit code above 1 in $status (0 and 1 are a
+# run's verdicts: a failing trial is a finding, not a broken check). The caller sets bin, out,
+# timings and status.
+logged_step() {
+    local tail_lines=$1 name=$2 rc=0 start end wall
+    shift 2
+    start=$(date +%s.%N)
+    echo "== $name: relattn $*" | tee "$out/logs/$name.log"
+    "$bin" "$@" >>"$out/logs/$name.log" 2>&1 || rc=$?
+    end=$(date +%s.%N)
+    wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+    printf '%s\t%s\t%s\t%s\n' "$name" "relattn $*" "$rc" "$wall" >>"$timings"
+    echo "== $name: exit $rc in ${wall}s (log: $out/logs/$name.log)"
+    tail -n "$tail_lines" "$out/logs/$name.log"
+    if [[ $rc -gt 1 && $status -eq 0 ]]; then
+        status=$rc
+    fi
+}

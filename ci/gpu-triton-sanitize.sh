@@ -52,23 +52,9 @@ SANITIZE_FILTER="${SANITIZE_FILTER:-regression!=offset_over_2_31,paged_cache_pas
 TILE_FILTER="regression=rel_logits_tile_overrun,rel_logits_padding_rows_read,padding_row_writes,warmup_spec_verify9"
 
 status=0
-# step NAME ARGS...: run relattn with ARGS, log and time it, keep the first unexpected exit code.
-step() {
-    local name=$1 rc=0 start end
-    shift
-    start=$(date +%s.%N)
-    echo "== $name: relattn $*" | tee "$out/logs/$name.log"
-    "$bin" "$@" >>"$out/logs/$name.log" 2>&1 || rc=$?
-    end=$(date +%s.%N)
-    local wall
-    wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-    printf '%s\t%s\t%s\t%s\n' "$name" "relattn $*" "$rc" "$wall" >>"$timings"
-    echo "== $name: exit $rc in ${wall}s (log: $out/logs/$name.log)"
-    tail -n 3 "$out/logs/$name.log"
-    if [[ $rc -gt 1 && $status -eq 0 ]]; then
-        status=$rc
-    fi
-}
+# step NAME ARGS...: run relattn with ARGS, log and time it, keep the first unexpected exit code
+# (common.sh).
+step() { logged_step 3 "$@"; }
 
 # caught PLAIN SANITIZED: whether the planted reads ($OOB_TRIALS) were caught: every faulty
 # trial passed unsanitized, and sanitized exactly the planted ones failed as out-of-bounds

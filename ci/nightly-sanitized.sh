@@ -45,22 +45,8 @@ GATHER_CASES="rel_logits_padding_rows_read"
 NEIGHBOUR_TRIALS="prefill_128x16,all_zero_table"
 
 status=0
-# step NAME ARGS...: relattn ARGS, logged and timed; keeps the first exit code above 1.
-step() {
-    local name=$1 rc=0 start end wall
-    shift
-    start=$(date +%s.%N)
-    echo "== $name: relattn $*" | tee "$out/logs/$name.log"
-    "$bin" "$@" >>"$out/logs/$name.log" 2>&1 || rc=$?
-    end=$(date +%s.%N)
-    wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-    printf '%s\t%s\t%s\t%s\n' "$name" "relattn $*" "$rc" "$wall" >>"$timings"
-    echo "== $name: exit $rc in ${wall}s"
-    tail -n 2 "$out/logs/$name.log"
-    if [[ $rc -gt 1 && $status -eq 0 ]]; then
-        status=$rc
-    fi
-}
+# step NAME ARGS...: relattn ARGS, logged and timed (common.sh).
+step() { logged_step 2 "$@"; }
 
 # sanitized_pair NAME [--sanitize TOOL]: the native run and the workers' run of the tier.
 sanitized_pair() {

@@ -207,18 +207,29 @@ fn each_tools_report_fails_its_trial_alone(
     let dir = tempfile::tempdir().unwrap();
     let (out, rows, target) = sanitized_run(dir.path(), tool, None);
     check_verdicts(&out, &rows, &target, tool);
-    let starts = std::fs::read_to_string(dir.path().join("args.jsonl")).unwrap();
-    for line in starts.lines() {
-        let s: Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = s["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
+    for (argv, _) in sanitizer_starts(dir.path()) {
         assert_eq!(&argv[..2], ["--tool", tool], "{argv:?}");
-        assert!(!argv.contains(&"--padding"), "{argv:?}");
+        assert!(!argv.iter().any(|a| a == "--padding"), "{argv:?}");
     }
+}
+
+/// Each start of the stand-in sanitizer: its arguments, and the PYTORCH_NO_CUDA_MEMORY_CACHING
+/// it was given.
+fn sanitizer_starts(dir: &Path) -> Vec<(Vec<String>, Value)> {
+    std::fs::read_to_string(dir.join("args.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let s: Value = serde_json::from_str(line).unwrap();
+            let argv = s["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            (argv, s["caching"].clone())
+        })
+        .collect()
 }
 
 #[test]
@@ -228,31 +239,22 @@ fn a_memcheck_report_fails_its_trial_alone() {
     check_verdicts(&out, &rows, &target, "memcheck");
     // The worker ran under the sanitizer with a log file and PyTorch's cache off, and was
     // started again after the trial with errors.
-    let starts: Vec<Value> = std::fs::read_to_string(dir.path().join("args.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let starts = sanitizer_starts(dir.path());
     assert_eq!(starts.len(), 2, "{starts:?}");
-    for s in &starts {
-        let argv: Vec<&str> = s["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
+    for (argv, caching) in &starts {
         assert_eq!(&argv[..2], ["--tool", "memcheck"], "{argv:?}");
-        let padding = argv.iter().position(|&a| a == "--padding");
+        let padding = argv.iter().position(|a| a == "--padding");
         assert_eq!(
-            padding.map(|i| argv[i + 1]),
-            Some(relattn_harness::sanitize::PADDING.to_string().as_str()),
+            padding.map(|i| argv[i + 1].clone()),
+            Some(relattn_harness::sanitize::PADDING.to_string()),
             "{argv:?}"
         );
         assert!(
-            argv.contains(&"--log-file") && argv.iter().any(|a| a.ends_with("numpy_worker.py")),
+            argv.iter().any(|a| a == "--log-file")
+                && argv.iter().any(|a| a.ends_with("numpy_worker.py")),
             "{argv:?}"
         );
-        assert_eq!(s["caching"], "1");
+        assert_eq!(caching, "1");
     }
     let summary: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("out/cpu/summary.json")).unwrap(),
