@@ -22,6 +22,7 @@ mod load;
 mod markdown;
 mod merge;
 mod plot;
+mod report_files;
 mod roofline;
 mod row;
 mod summary;
@@ -92,7 +93,7 @@ pub fn plot(dir: &Path) -> Result<Vec<ArchPlots>, ReportError> {
                 .map_err(error::io("write into", &a.dir))?;
         }
         let drawn = write_plots(&a.dir, &a.rows)?;
-        writer::write_atomic(
+        report_files::write_atomic(
             &a.dir.join(SUMMARY_MD),
             markdown::render(&a.summary(), &a.rows, &drawn).as_bytes(),
         )?;

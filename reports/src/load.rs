@@ -3,9 +3,9 @@
 use crate::csv_io::read_csv;
 use crate::env::Environment;
 use crate::error::{io, ReportError};
+use crate::report_files::is_arch_name;
 use crate::row::Row;
 use crate::summary::Summary;
-use crate::writer::is_arch_name;
 use crate::{RESULTS_CSV, RESULTS_JSONL, SUMMARY_JSON};
 use relattn_common::files;
 use serde::Deserialize;

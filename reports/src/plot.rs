@@ -360,7 +360,7 @@ pub fn write_plots(arch_dir: &Path, rows: &[Row]) -> Result<Vec<&'static str>, R
         relattn_common::files::create_dir_nofollow(&dir).map_err(io("create directory", &dir))?;
     }
     for (file, svg) in &plots {
-        crate::writer::write_atomic(&dir.join(file), svg.as_bytes())?;
+        crate::report_files::write_atomic(&dir.join(file), svg.as_bytes())?;
     }
     remove_plots(arch_dir, |f| !plots.iter().any(|(w, _)| *w == f))?;
     Ok(plots.iter().map(|(f, _)| *f).collect())

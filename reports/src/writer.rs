@@ -3,6 +3,7 @@
 use crate::csv_io::write_csv;
 use crate::env::Environment;
 use crate::error::{io, ReportError};
+use crate::report_files::{check_arch_name, write_atomic};
 use crate::row::Row;
 use crate::summary::Summary;
 use crate::{junit, markdown, plot};
@@ -29,26 +30,6 @@ pub struct ReportWriter {
     env: Environment,
     rows: Vec<Row>,
     log: File,
-}
-
-/// Whether `name` is an architecture name relattn writes: `cpu`, or `sm` and digits (the
-/// compute capability, `sm90`, `sm100`). Only such names become directories, so a report
-/// read back never names a path outside the directory it is written to.
-pub(crate) fn is_arch_name(name: &str) -> bool {
-    name == "cpu"
-        || name
-            .strip_prefix("sm")
-            .is_some_and(|d| !d.is_empty() && d.len() <= 8 && d.bytes().all(|b| b.is_ascii_digit()))
-}
-
-pub(crate) fn check_arch_name(name: &str) -> Result<(), ReportError> {
-    if is_arch_name(name) {
-        Ok(())
-    } else {
-        Err(ReportError::BadArchName {
-            name: name.to_string(),
-        })
-    }
 }
 
 impl ReportWriter {
@@ -228,12 +209,6 @@ pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<
         source,
     })?;
     write_atomic(path, text.as_bytes())
-}
-
-/// Writes through a temporary file and a rename (`files::write_atomic`), so a reader never
-/// sees half a file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    files::write_atomic(path, |w| w.write_all(bytes)).map_err(io("write", path))
 }
 
 /// Writes every file of one architecture directory from its rows, the plots included (and
