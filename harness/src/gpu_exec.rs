@@ -2,8 +2,8 @@
 //! build variant the run needs) before any device is opened; then one slot per device keeps
 //! the current case uploaded, so all trials of a case share one upload.
 
+use crate::runner::ExecutorFactory;
 use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
-use crate::session::ExecutorFactory;
 use crate::trial_list::BoundsCheck;
 use rayon::prelude::*;
 use relattn_kernels::capability::DeviceInfo;

@@ -7,11 +7,13 @@
 
 use crate::exit;
 use ndarray::Array3;
+use relattn_kernels::capability::DeviceInfo;
 use relattn_kernels::gpu::{GpuRun, Variant};
 use relattn_matrices::SplitSetting;
 use relattn_reference::Problem;
 use relattn_routing::PathId;
 use std::path::Path;
+use std::str::FromStr;
 
 /// What to run a case on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,4 +210,54 @@ mod tests {
         assert_eq!(code(RunError::Other("x".into())), Code::Failed);
         assert_eq!(code(RunError::NoGpu("x".into())), Code::NoGpu);
     }
+}
+
+/// Whether GPU trials run with `RELATTN_BOUNDS_CHECK` compiled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundsCheck {
+    Off,
+    On,
+    Both,
+}
+
+impl FromStr for BoundsCheck {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(BoundsCheck::Off),
+            "on" => Ok(BoundsCheck::On),
+            "both" => Ok(BoundsCheck::Both),
+            _ => Err(format!("invalid --bounds-check `{s}`: use off, on or both")),
+        }
+    }
+}
+
+impl BoundsCheck {
+    /// The default for a tier: `ci` and `regressions` run with and without the check.
+    pub fn default_for(tier: &str) -> BoundsCheck {
+        if tier == "ci" || tier == "regressions" {
+            BoundsCheck::Both
+        } else {
+            BoundsCheck::Off
+        }
+    }
+
+    /// The builds a run of this setting compiles and runs each native trial on.
+    pub fn variants(self) -> &'static [Variant] {
+        match self {
+            BoundsCheck::Off => &[Variant::PLAIN],
+            BoundsCheck::On => &[Variant::CHECKED],
+            BoundsCheck::Both => &[Variant::PLAIN, Variant::CHECKED],
+        }
+    }
+}
+
+/// Creates the GPU executor: compiles every program the run needs, then opens the devices.
+pub trait ExecutorFactory {
+    fn create(
+        &self,
+        devices: &[DeviceInfo],
+        bounds: BoundsCheck,
+        paths: &[PathId],
+    ) -> Result<Box<dyn Runner>, String>;
 }

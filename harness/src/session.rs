@@ -3,16 +3,16 @@
 //! compiles kernels or touches device memory) is created last, only for a usable device.
 
 use crate::case_set::CaseSet;
-use crate::engine::Runners;
+use crate::engine::runners::Runners;
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
-use crate::runner::Runner;
+use crate::runner::{ExecutorFactory, Runner};
 use crate::trial_list::{
     bad_file_trials, check_trial_count, gpu_trials, reference_trials, routing_trials,
     worker_trial_count, worker_trials, BoundsCheck, PathSelection, Trial,
 };
 use crate::worker::{self, WorkerRunner, WorkerSpec};
 use anyhow::Context;
-use relattn_kernels::capability::{CapabilitySource, DeviceInfo, NvmlSource};
+use relattn_kernels::capability::{CapabilitySource, NvmlSource};
 use relattn_matrices::{Case, Shard};
 use relattn_routing::PathId;
 use std::sync::Arc;
@@ -134,16 +134,6 @@ impl SessionOptions {
     }
 }
 
-/// Creates the GPU executor: compiles every program the run needs, then opens the devices.
-pub trait ExecutorFactory {
-    fn create(
-        &self,
-        devices: &[DeviceInfo],
-        bounds: BoundsCheck,
-        paths: &[PathId],
-    ) -> Result<Box<dyn Runner>, String>;
-}
-
 pub struct Session {
     pub status: GpuStatus,
     /// Where the GPU trials' cases come from.
@@ -162,18 +152,15 @@ pub struct Session {
 }
 
 impl Session {
-    /// The real machine: NVML for capabilities, the kernels crate for execution.
-    pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
-        let libs = crate::gpu_exec::libraries_present();
-        Session::open_with(
-            opts,
-            &NvmlSource::new(),
-            libs,
-            &crate::gpu_exec::RealFactory { mutant: None },
-        )
+    /// The real machine's devices (NVML for capabilities, whether the CUDA libraries load),
+    /// with the executor `factory` makes for them (the caller's: the production build, a
+    /// planted defect's, a test's).
+    pub fn open(opts: &SessionOptions, factory: &dyn ExecutorFactory) -> anyhow::Result<Session> {
+        let libs = relattn_kernels::gpu::Gpu::available();
+        Session::open_with(opts, &NvmlSource::new(), libs, factory)
     }
 
-    /// `open` with the capability source and the executor factory given (tests count calls).
+    /// `open` with the capability source given too (tests count calls).
     pub fn open_with(
         opts: &SessionOptions,
         source: &dyn CapabilitySource,

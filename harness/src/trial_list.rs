@@ -6,7 +6,6 @@ use crate::gpu_status::GpuStatus;
 use crate::runner::Target;
 use crate::selfcheck::Check;
 use crate::worker::protocol::Hello;
-use relattn_kernels::gpu::Variant;
 use relattn_matrices::{Case, SplitSetting};
 use relattn_routing::{table, ArchRow, Capability, PathId};
 use std::str::FromStr;
@@ -51,45 +50,7 @@ impl PathSelection {
     }
 }
 
-/// Whether GPU trials run with `RELATTN_BOUNDS_CHECK` compiled in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BoundsCheck {
-    Off,
-    On,
-    Both,
-}
-
-impl FromStr for BoundsCheck {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "off" => Ok(BoundsCheck::Off),
-            "on" => Ok(BoundsCheck::On),
-            "both" => Ok(BoundsCheck::Both),
-            _ => Err(format!("invalid --bounds-check `{s}`: use off, on or both")),
-        }
-    }
-}
-
-impl BoundsCheck {
-    /// The default for a tier: `ci` and `regressions` run with and without the check.
-    pub fn default_for(tier: &str) -> BoundsCheck {
-        if tier == "ci" || tier == "regressions" {
-            BoundsCheck::Both
-        } else {
-            BoundsCheck::Off
-        }
-    }
-
-    /// The builds a run of this setting compiles and runs each native trial on.
-    pub fn variants(self) -> &'static [Variant] {
-        match self {
-            BoundsCheck::Off => &[Variant::PLAIN],
-            BoundsCheck::On => &[Variant::CHECKED],
-            BoundsCheck::Both => &[Variant::PLAIN, Variant::CHECKED],
-        }
-    }
-}
+pub use crate::runner::BoundsCheck;
 
 #[derive(Debug, Clone)]
 pub enum TrialKind {

@@ -69,11 +69,13 @@ impl XFails {
         for (i, e) in file.xfail.into_iter().enumerate() {
             let at = format!("--xfail {source}: entry {} (filter {:?})", i + 1, e.filter);
             let filter = Filter::parse(&e.filter).map_err(|m| format!("{at}: {m}"))?;
-            if crate::engine::cause_meaning(&e.cause).is_none() {
+            if crate::engine::causes::meaning(&e.cause).is_none() {
                 return Err(format!(
                     "{at}: cause {:?} is not one triage finds; the causes are {}",
                     e.cause,
-                    crate::engine::CAUSES.map(|(word, _)| word).join(", ")
+                    crate::engine::causes::CAUSES
+                        .map(|(word, _)| word)
+                        .join(", ")
                 ));
             }
             if e.reason.trim().is_empty() {

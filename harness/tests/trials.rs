@@ -143,7 +143,9 @@ fn pool_slot(session: &Session, trial: &relattn_harness::trial_list::Trial) -> u
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let session = match SessionOptions::for_cargo_test().and_then(|o| Session::open(&o)) {
+    let session = match SessionOptions::for_cargo_test()
+        .and_then(|o| Session::open(&o, &relattn_harness::gpu_exec::RealFactory::default()))
+    {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -10,8 +10,8 @@
 use crate::exit::{no_gpu, usage};
 use crate::gpu_exec::{classify, RealFactory};
 use crate::gpu_status::{detect, DeviceSelection, GpuStatus};
+use crate::runner::ExecutorFactory;
 use crate::runner::{RunOutput, RunRequest, Runner, Target};
-use crate::session::ExecutorFactory;
 use crate::trial_list::BoundsCheck;
 use crate::worker::{self, WorkerRunner};
 use relattn_common::files::same_file;

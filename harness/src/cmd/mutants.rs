@@ -120,8 +120,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let factory = RealFactory {
                 mutant: Some(mutant),
             };
-            let session = Session::open_with(&opts, &NvmlSource::new(), Gpu::available(), &factory)
-                .map_err(|e| exit::usage(format!("{e:#}")))?;
+            let session =
+                Session::open(&opts, &factory).map_err(|e| exit::usage(format!("{e:#}")))?;
             match &session.status {
                 GpuStatus::Ready { .. } => {}
                 GpuStatus::Rejected(why) => return Err(exit::no_gpu(why.clone())),

@@ -10,19 +10,22 @@ mod ahead;
 mod cancel;
 pub mod case_cache;
 mod cases;
+pub mod causes;
 pub mod compile_key;
 mod events;
 mod row;
+pub mod runners;
 mod schedule;
 mod triage;
 mod trial;
 
 pub use cancel::{on_signals, stopping};
 pub use cases::{CaseData, CaseStore};
+pub use causes::{meaning as cause_meaning, CAUSES};
 pub use events::{Event, Reporter, Stop};
 pub use row::{failure_text, kv_bytes, output_hash, reproduce_command};
-pub use triage::{meaning as cause_meaning, CAUSES};
-pub use trial::{run_trial, start_trial, Ran, Runners, Step};
+pub use runners::Runners;
+pub use trial::{run_trial, start_trial, Ran, Step};
 
 use crate::progress::Tally;
 use crate::session::Session;

@@ -3,7 +3,7 @@
 //! and, for a failure, the command that reproduces it alone.
 
 use super::cases::CaseData;
-use super::trial::Runners;
+use super::runners::Runners;
 use crate::case_set::CaseSet;
 use crate::runner::{Kept, RunError, RunOutput, Target};
 use crate::trial_list::{Trial, TrialKind};

@@ -6,7 +6,8 @@
 
 use super::ahead::Ahead;
 use super::cases::CaseStore;
-use super::trial::{run_trial, start_trial, Runners, Step};
+use super::runners::Runners;
+use super::trial::{run_trial, start_trial, Step};
 use super::Engine;
 use crate::runner::Target;
 use crate::trial_list::{Trial, TrialKind};
