@@ -44,6 +44,18 @@ strict_diff_args() {
     [[ " $1 " == *" --strict-coverage "* && " $1 " != *" --allow-missing "* ]]
 }
 
+# start_logged DEFAULT_OUT: what logged_step needs: out (${OUT:-DEFAULT_OUT}) with its logs/
+# and reports/ folders, bin (exit 2 when there is none), timings (timings.tsv, its header
+# written once) and status 0.
+start_logged() {
+    out="${OUT:-$1}"
+    bin=$(relattn_bin) || exit 2
+    mkdir -p "$out/logs" "$out/reports"
+    timings="$out/timings.tsv"
+    [[ -f $timings ]] || printf 'step\tcommand\texit\twall_s\n' >"$timings"
+    status=0
+}
+
 # logged_step TAIL NAME ARGS...: "$bin" ARGS with its output in $out/logs/NAME.log and a line
 # (name, command, exit code, wall seconds) appended to $timings; prints the exit code, the time
 # and the log's last TAIL lines; keeps the first exit code above 1 in $status (0 and 1 are a

@@ -36,11 +36,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-out="${OUT:-gpu-triton-sanitize-out}"
-bin=$(relattn_bin) || exit 2
-mkdir -p "$out/logs" "$out/reports"
-timings="$out/timings.tsv"
-[[ -f $timings ]] || printf 'step\tcommand\texit\twall_s\n' >"$timings"
+start_logged gpu-triton-sanitize-out
 
 TRITON_CI_SHARD="${TRITON_CI_SHARD:-}"
 OOB_TRIALS="${OOB_TRIALS:-prefill_128x16,all_zero_table}"
@@ -51,7 +47,6 @@ TIMEOUT="${WORKER_TIMEOUT_S:-300}"
 SANITIZE_FILTER="${SANITIZE_FILTER:-regression!=offset_over_2_31,paged_cache_past_2_31,bf16_accumulation,late_unsupported_arch,large_launch_unwritten_rows}"
 TILE_FILTER="regression=rel_logits_tile_overrun,rel_logits_padding_rows_read,padding_row_writes,warmup_spec_verify9"
 
-status=0
 # step NAME ARGS...: run relattn with ARGS, log and time it, keep the first unexpected exit code
 # (common.sh).
 step() { logged_step 3 "$@"; }

@@ -32,11 +32,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-out="${OUT:-nightly-sanitized-out}"
-bin=$(relattn_bin) || exit 2
-mkdir -p "$out/logs" "$out/reports"
-timings="$out/timings.tsv"
-[[ -f $timings ]] || printf 'step\tcommand\texit\twall_s\n' >"$timings"
+start_logged nightly-sanitized-out
 IMPLS="${IMPLS-vllm,triton,fa4,flex}"
 NATIVE="${NATIVE:-1}"
 TIMEOUT="${WORKER_TIMEOUT_S:-300}"
@@ -44,7 +40,6 @@ FILTER="${FILTER:-regression!=offset_over_2_31,paged_cache_past_2_31,bf16_accumu
 GATHER_CASES="rel_logits_padding_rows_read"
 NEIGHBOUR_TRIALS="prefill_128x16,all_zero_table"
 
-status=0
 # step NAME ARGS...: relattn ARGS, logged and timed (common.sh).
 step() { logged_step 2 "$@"; }
 
