@@ -11,6 +11,7 @@
 
 mod compile;
 mod compile_plan;
+mod constants;
 mod device;
 mod error;
 mod ffi;
@@ -46,7 +47,7 @@ pub use launch_plan::{
 };
 pub use mutant::{Mutant, Patch, Site};
 pub use params::{c_struct_fields, Params, TensorMap, FIELDS as PARAM_FIELDS, PARAMS_BYTES};
-pub use paths::{path_kernels, BiasSource, PathKernels};
+pub use paths::{path_kernels, BiasSource, PathKernels, Stage};
 pub use peaks::{
     measure_copy, measure_gemm, measure_peaks, CopyPeak, GemmPeak, PeakError, PeakOptions, Peaks,
     Timing,
@@ -54,6 +55,6 @@ pub use peaks::{
 pub use run_path::{run_path, run_path_timed, set_workspace_poison, GpuRun, Repeats};
 pub use source::{
     constants_header, dtype_option, entries, entries_of, entry_name, files, own_file, program_name,
-    program_source, Stage, DTYPES, PARAMS, SHARED, SHARED_CONSTANTS,
+    program_source, DTYPES, PARAMS, SHARED, SHARED_CONSTANTS,
 };
 pub use upload::{decode_bits, encode, out_poison, padding_bits, unwritten_bits, DeviceProblem};

@@ -4,11 +4,8 @@
 
 #![deny(unsafe_code)]
 
-use super::paths::path_kernels;
-use crate::routing::PathId;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::LazyLock;
 
 /// Where in the kernels a planted defect sits: which paths hold it is then each path's
 /// descriptor's answer (`PathKernels::holds`).
@@ -185,11 +182,6 @@ impl Mutant {
         }
     }
 
-    /// The edits that plant the defect.
-    pub fn patches(self) -> &'static [Patch] {
-        super::mutant_patches::patches_of(self)
-    }
-
     /// The kind of kernel code the defect's line is in.
     pub fn site(self) -> Site {
         match self {
@@ -219,23 +211,6 @@ impl Mutant {
             | Mutant::Bf16Accumulator
             | Mutant::DispatchOnFirstRequest => Site::Every,
         }
-    }
-
-    /// The paths whose kernels contain the defect's line, in `PathId::ALL` order.
-    pub fn paths(self) -> &'static [PathId] {
-        static PATHS: LazyLock<Vec<Vec<PathId>>> = LazyLock::new(|| {
-            Mutant::ALL
-                .iter()
-                .map(|m| {
-                    PathId::ALL
-                        .into_iter()
-                        .filter(|&p| path_kernels(p).holds(m.site()))
-                        .collect()
-                })
-                .collect()
-        });
-        let at = Mutant::ALL.iter().position(|&m| m == self);
-        &PATHS[at.expect("every defect is in Mutant::ALL")]
     }
 
     /// Whether the defect changes no number, so only a bounds-checked build can catch it.

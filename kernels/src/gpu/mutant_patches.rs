@@ -41,7 +41,7 @@ const PLACE_HEAD_G8: &str = r#"        place(p, c, vr, c.kvh * 8 + g);
 
 /// The edits that plant each defect, generated from the CUDA sources once and kept by hand
 /// since: each `from` must occur exactly once in its file (a test checks it).
-pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
+fn patches_of(m: Mutant) -> &'static [Patch] {
     match m {
         Mutant::RelIndexMinusOne => &[
             Patch {
@@ -356,5 +356,12 @@ pub(crate) fn patches_of(m: Mutant) -> &'static [Patch] {
             to: r#"    const int q_len = p.cu_seqlens_q[1] - p.cu_seqlens_q[0];
 "#,
         }],
+    }
+}
+
+impl Mutant {
+    /// The edits that plant the defect.
+    pub fn patches(self) -> &'static [Patch] {
+        patches_of(self)
     }
 }

@@ -8,8 +8,8 @@
 #![deny(unsafe_code)]
 
 use super::mutant::{Mutant, Site};
-use super::source::Stage;
 use crate::routing::PathId;
+use std::sync::LazyLock;
 
 /// Where the rows of a path's attention kernels get their bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,5 +137,63 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+/// A kernel stage of a path (which paths define which: `PathKernels::stages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// Lay out a bias buffer before the main kernel (sheared_bias's sheared rows).
+    Prologue,
+    /// The tiled flash kernel of every path.
+    Main,
+    /// The same kernel for windowed layers, whose query blocks also stage the bias rows of tiles
+    /// that need masks (its own entry, so the global layers' kernel keeps its registers); a path
+    /// without it runs `Main` on windowed layers too.
+    Windowed,
+    /// Merge the main kernel's split partials.
+    Combine,
+    /// Split-KV decode (stage 1 in every CTA, stage 2, the merge, in the last CTA of each
+    /// request and KV head).
+    Decode,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Prologue => "prologue",
+            Stage::Main => "main",
+            Stage::Windowed => "windowed",
+            Stage::Combine => "combine",
+            Stage::Decode => "decode",
+        }
+    }
+
+    /// Whether the stage runs attention CTAs, which take the launch's dynamic shared memory
+    /// (the query blocks' tiles or the decode ring) and set the ring depth.
+    pub fn is_attention(self) -> bool {
+        match self {
+            Stage::Main | Stage::Windowed | Stage::Decode => true,
+            Stage::Prologue | Stage::Combine => false,
+        }
+    }
+}
+
+impl Mutant {
+    /// The paths whose kernels contain the defect's line, in `PathId::ALL` order.
+    pub fn paths(self) -> &'static [PathId] {
+        static PATHS: LazyLock<Vec<Vec<PathId>>> = LazyLock::new(|| {
+            Mutant::ALL
+                .iter()
+                .map(|m| {
+                    PathId::ALL
+                        .into_iter()
+                        .filter(|&p| path_kernels(p).holds(m.site()))
+                        .collect()
+                })
+                .collect()
+        });
+        let at = Mutant::ALL.iter().position(|&m| m == self);
+        &PATHS[at.expect("every defect is in Mutant::ALL")]
     }
 }

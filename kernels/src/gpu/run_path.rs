@@ -11,7 +11,7 @@ use super::launch_plan::{
     CTA_THREADS, DEC_MIN_STAGES, HEAD_DIM,
 };
 use super::params::Params;
-use super::source::Stage;
+use super::paths::Stage;
 use super::upload::{bits_at, unwritten_bits, DeviceProblem};
 use crate::routing::PathId;
 use crate::routing::SplitSetting;

@@ -8,8 +8,8 @@
 
 #![deny(unsafe_code)]
 
-use super::launch_plan as lp;
-use super::paths::path_kernels;
+use super::constants;
+use super::paths::{path_kernels, Stage};
 use crate::routing::PathId;
 use relattn_reference::DType;
 
@@ -93,22 +93,22 @@ pub fn headers() -> Vec<(String, String)> {
 /// The sizes the kernels and the launch planning share, written once here: (C name, value, what
 /// it is).
 pub const SHARED_CONSTANTS: [(&str, usize, &str); 16] = [
-    ("HEAD_DIM", lp::HEAD_DIM, "The head dim the kernels are built for."),
-    ("THREADS", lp::CTA_THREADS as usize, "Threads of a CTA (4 warps)."),
-    ("MMA_ROWS", lp::CTA_ROWS, "Virtual rows of a tensor-core CTA (16 per warp)."),
-    ("KEY_TILE", lp::KEY_TILE, "Keys of a tensor-core CTA's tile."),
-    ("SHEAR_TILE", lp::SHEAR_TILE, "Key tile of the sheared bias buffer and of sheared_bias splits."),
-    ("KV_TMA_MIN_PAGE", lp::KV_TMA_MIN_PAGE, "Smallest page whose whole tiles the sm_90a query blocks copy by TMA (a box per page and half head dim: 8 per tile at this size)."),
-    ("DEC_STAGE_BYTES", lp::DEC_STAGE_BYTES, "A stage of the single-query CTAs' K/V ring (`Params::ring_stages` stages, the launcher sizes the dynamic shared memory for them)."),
-    ("DEC_MIN_STAGES", lp::DEC_MIN_STAGES, "The fewest stages of that ring."),
-    ("DEC_MAX_STAGES", lp::DEC_MAX_STAGES, "The most stages of that ring."),
-    ("DEC_Q_BYTES", lp::DEC_Q_BYTES, "The single-query CTAs' Q tile (16 rows), in shared memory ahead of the ring."),
-    ("DEC_BIAS_BYTES", lp::DEC_BIAS_BYTES, "A ring stage's staged rel_logits chunks (4 warps x 16 rows), after the K/V stages."),
-    ("ATTN_SMEM_BYTES", lp::ATTN_SMEM_BYTES, "Shared memory of every attention CTA at least (Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring, the decode merge), plus SMEM_ALIGN of slack."),
-    ("SMEM_ALIGN", lp::SMEM_ALIGN, "The alignment the kernels give their shared-memory tiles."),
-    ("QUERY_SMEM_BYTES", lp::QUERY_SMEM_BYTES, "Launches without single-query CTAs: the query block's tiles."),
-    ("QUERY_SMEM_BYTES_WG", lp::QUERY_SMEM_BYTES_WG, "The wgmma query blocks (sm_90a): also the staged rel_logits rows and two mbarriers."),
-    ("QUERY_SMEM_BYTES_WG_WINDOW", lp::QUERY_SMEM_BYTES_WG_WINDOW, "Their windowed entries (`window_block`): also a second V tile and a third mbarrier."),
+    ("HEAD_DIM", constants::HEAD_DIM, "The head dim the kernels are built for."),
+    ("THREADS", constants::CTA_THREADS as usize, "Threads of a CTA (4 warps)."),
+    ("MMA_ROWS", constants::CTA_ROWS, "Virtual rows of a tensor-core CTA (16 per warp)."),
+    ("KEY_TILE", constants::KEY_TILE, "Keys of a tensor-core CTA's tile."),
+    ("SHEAR_TILE", constants::SHEAR_TILE, "Key tile of the sheared bias buffer and of sheared_bias splits."),
+    ("KV_TMA_MIN_PAGE", constants::KV_TMA_MIN_PAGE, "Smallest page whose whole tiles the sm_90a query blocks copy by TMA (a box per page and half head dim: 8 per tile at this size)."),
+    ("DEC_STAGE_BYTES", constants::DEC_STAGE_BYTES, "A stage of the single-query CTAs' K/V ring (`Params::ring_stages` stages, the launcher sizes the dynamic shared memory for them)."),
+    ("DEC_MIN_STAGES", constants::DEC_MIN_STAGES, "The fewest stages of that ring."),
+    ("DEC_MAX_STAGES", constants::DEC_MAX_STAGES, "The most stages of that ring."),
+    ("DEC_Q_BYTES", constants::DEC_Q_BYTES, "The single-query CTAs' Q tile (16 rows), in shared memory ahead of the ring."),
+    ("DEC_BIAS_BYTES", constants::DEC_BIAS_BYTES, "A ring stage's staged rel_logits chunks (4 warps x 16 rows), after the K/V stages."),
+    ("ATTN_SMEM_BYTES", constants::ATTN_SMEM_BYTES, "Shared memory of every attention CTA at least (Q, K and V tiles, the FMA loop's fp32 chunks, a minimal decode ring, the decode merge), plus SMEM_ALIGN of slack."),
+    ("SMEM_ALIGN", constants::SMEM_ALIGN, "The alignment the kernels give their shared-memory tiles."),
+    ("QUERY_SMEM_BYTES", constants::QUERY_SMEM_BYTES, "Launches without single-query CTAs: the query block's tiles."),
+    ("QUERY_SMEM_BYTES_WG", constants::QUERY_SMEM_BYTES_WG, "The wgmma query blocks (sm_90a): also the staged rel_logits rows and two mbarriers."),
+    ("QUERY_SMEM_BYTES_WG_WINDOW", constants::QUERY_SMEM_BYTES_WG_WINDOW, "Their windowed entries (`window_block`): also a second V tile and a third mbarrier."),
 ];
 
 /// The text of `kernels/cuda/constants.cuh`, generated from `SHARED_CONSTANTS` (the file in the
@@ -136,45 +136,6 @@ pub fn program_name(path: PathId, dtype: DType) -> String {
 /// The NVRTC option that keeps only `dtype`'s entries in a program (entry.cuh).
 pub fn dtype_option(dtype: DType) -> String {
     format!("-DRELATTN_ONLY_{}", dtype.name())
-}
-
-/// A kernel stage of a path (which paths define which: `PathKernels::stages`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stage {
-    /// Lay out a bias buffer before the main kernel (sheared_bias's sheared rows).
-    Prologue,
-    /// The tiled flash kernel of every path.
-    Main,
-    /// The same kernel for windowed layers, whose query blocks also stage the bias rows of tiles
-    /// that need masks (its own entry, so the global layers' kernel keeps its registers); a path
-    /// without it runs `Main` on windowed layers too.
-    Windowed,
-    /// Merge the main kernel's split partials.
-    Combine,
-    /// Split-KV decode (stage 1 in every CTA, stage 2, the merge, in the last CTA of each
-    /// request and KV head).
-    Decode,
-}
-
-impl Stage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Prologue => "prologue",
-            Stage::Main => "main",
-            Stage::Windowed => "windowed",
-            Stage::Combine => "combine",
-            Stage::Decode => "decode",
-        }
-    }
-
-    /// Whether the stage runs attention CTAs, which take the launch's dynamic shared memory
-    /// (the query blocks' tiles or the decode ring) and set the ring depth.
-    pub fn is_attention(self) -> bool {
-        match self {
-            Stage::Main | Stage::Windowed | Stage::Decode => true,
-            Stage::Prologue | Stage::Combine => false,
-        }
-    }
 }
 
 /// The dtypes every program has entries for: the operator's (docs/operator.md section 2: bf16, fp16
