@@ -99,21 +99,43 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// A generated case's: the spec's own values.
+    /// A generated case's: the spec's own values. Every field of the spec by name, none with
+    /// `..`: a field added to `GenSpec` does not compile here until it is a fact or, like the
+    /// values' fills and the seed, says how the inputs are made rather than what the case is.
     pub fn of_spec(s: &GenSpec) -> Facts {
+        let GenSpec {
+            dtype,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rel_extent,
+            window_left,
+            softmax_scale,
+            page_size,
+            layout,
+            requests,
+            padding_rows,
+            rows,
+            bias: _,
+            pages: _,
+            spare_pages: _,
+            poison: _,
+            seed: _,
+            inputs: _,
+        } = s;
         Facts {
-            dtype: s.dtype,
-            num_heads: s.num_heads,
-            num_kv_heads: s.num_kv_heads,
-            head_dim: s.head_dim,
-            rel_extent: s.rel_extent,
-            window_left: s.window_left,
-            softmax_scale: s.softmax_scale,
-            page_size: s.page_size,
-            layout: s.layout,
-            requests: s.requests.clone(),
-            padding_rows: s.padding_rows,
-            rows: s.rows,
+            dtype: *dtype,
+            num_heads: *num_heads,
+            num_kv_heads: *num_kv_heads,
+            head_dim: *head_dim,
+            rel_extent: *rel_extent,
+            window_left: *window_left,
+            softmax_scale: *softmax_scale,
+            page_size: *page_size,
+            layout: *layout,
+            requests: requests.clone(),
+            padding_rows: *padding_rows,
+            rows: *rows,
         }
     }
 
