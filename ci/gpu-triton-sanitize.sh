@@ -42,9 +42,7 @@ TRITON_CI_SHARD="${TRITON_CI_SHARD:-}"
 OOB_TRIALS="${OOB_TRIALS:-prefill_128x16,all_zero_table}"
 TILE_IMPLS="${TILE_IMPLS:-vllm,fa4,flex,triton}"
 TIMEOUT="${WORKER_TIMEOUT_S:-300}"
-# The long and large regression cases run for minutes under memcheck: left out of the sanitized
-# runs (and of their unsanitized comparison).
-SANITIZE_FILTER="${SANITIZE_FILTER:-regression!=offset_over_2_31,paged_cache_past_2_31,bf16_accumulation,late_unsupported_arch,large_launch_unwritten_rows}"
+SANITIZE_FILTER="${SANITIZE_FILTER:-$SANITIZED_FILTER}"
 TILE_FILTER="regression=rel_logits_tile_overrun,rel_logits_padding_rows_read,padding_row_writes,warmup_spec_verify9"
 
 # step NAME ARGS...: run relattn with ARGS, log and time it, keep the first unexpected exit code

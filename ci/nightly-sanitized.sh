@@ -36,7 +36,7 @@ start_logged nightly-sanitized-out
 IMPLS="${IMPLS-vllm,triton,fa4,flex}"
 NATIVE="${NATIVE:-1}"
 TIMEOUT="${WORKER_TIMEOUT_S:-300}"
-FILTER="${FILTER:-regression!=offset_over_2_31,paged_cache_past_2_31,bf16_accumulation,late_unsupported_arch,large_launch_unwritten_rows}"
+FILTER="${FILTER:-$SANITIZED_FILTER}"
 GATHER_CASES="rel_logits_padding_rows_read"
 NEIGHBOUR_TRIALS="prefill_128x16,all_zero_table"
 
