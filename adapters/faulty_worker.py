@@ -94,30 +94,24 @@ def fault_for(trial_id, environ=None):
 
 
 def read_past_end():
-    """Launch a Triton kernel that copies the 1024 floats that follow a 1024-float CUDA tensor,
-    with no mask: every read is past the tensor's end. The tensor is the last allocation (PyTorch
+    """Launch a Triton kernel (`copy_past`) that copies the 1024 floats that follow a 1024-float
+    CUDA tensor: every read is past the tensor's end. The tensor is the last allocation (PyTorch
     allocates it from the driver when memcheck is on: PYTORCH_NO_CUDA_MEMORY_CACHING=1), so the
     reads belong to no allocation, in a page the driver has mapped."""
     import torch
-    import triton
-    import triton.language as tl
-
-    def copy_after_end(src, dst):
-        i = tl.arange(0, 1024)
-        tl.store(dst + i, tl.load(src + 1024 + i))
 
     if not torch.cuda.is_available():
         raise RuntimeError("GPU_OOB needs a CUDA GPU")
     dst = torch.empty(1024, device="cuda")
     src = torch.ones(1024, device="cuda")
-    triton.jit(copy_after_end)[(1,)](src, dst)
-    torch.cuda.synchronize()
+    copy_past(src, 1024, 1024, dst)
     print("faulty: read 1024 floats past a tensor's end on the GPU", file=sys.stderr, flush=True)
 
 
-def copy_past(src, start, count):
+def copy_past(src, start, count, dst=None):
     """Copy `count` elements of flat tensor `src` from element `start` on (which may lie past its
-    end: nothing checks) with a Triton kernel; returns the copy."""
+    end: nothing checks) with a Triton kernel, into `dst` (default: a new tensor allocated after
+    `src`); returns the copy."""
     import torch
     import triton
     import triton.language as tl
@@ -129,7 +123,8 @@ def copy_past(src, start, count):
 
     if not torch.cuda.is_available():
         raise RuntimeError("the planted GPU reads need a CUDA GPU")
-    dst = torch.empty(count, dtype=src.dtype, device=src.device)
+    if dst is None:
+        dst = torch.empty(count, dtype=src.dtype, device=src.device)
     block = 1024
     triton.jit(copy)[(triton.cdiv(count, block),)](src, dst, start, count, BLOCK=block)
     torch.cuda.synchronize()

@@ -178,8 +178,7 @@ class DeviceCase:
         dtype = torch_dtype(torch, case.dtype)
 
         def floats(array):
-            host = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-            return host.to(device=device, dtype=dtype)
+            return device_floats(torch, array, device, dtype)
 
         def ints(array):
             return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int32)).to(device)

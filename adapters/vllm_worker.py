@@ -161,9 +161,9 @@ def torch_inputs(torch, case, device):
     case's row layout hands them: `torch_common.row_inputs`), kv buffer, key_cache,
     value_cache (views of it), block_table, seqused_k, cu_seqlens_q."""
     dtype = getattr(torch, TORCH_DTYPES[case.dtype])
-    as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
     as_int = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(device)
-    buf = as_tensor(hnd_kv_buffer(case.key_cache, case.value_cache))
+    buf = torch_common.device_floats(torch, hnd_kv_buffer(case.key_cache, case.value_cache),
+                                     device, dtype)
     # As vLLM's _split_kv_cache hands them to the op.
     key_cache, value_cache = (canonicalize_singleton_dim_strides(x)
                               for x in torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, case.D))

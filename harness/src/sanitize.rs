@@ -76,13 +76,6 @@ pub enum Tool {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 4] = [
-        Tool::Memcheck,
-        Tool::Initcheck,
-        Tool::Racecheck,
-        Tool::Synccheck,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Tool::Memcheck => "memcheck",
@@ -92,8 +85,9 @@ impl Tool {
         }
     }
 
+    /// The tool named `name` as `--sanitize` takes it (clap's own parser).
     pub fn parse(name: &str) -> Option<Tool> {
-        Tool::ALL.into_iter().find(|t| t.as_str() == name)
+        <Tool as clap::ValueEnum>::from_str(name, false).ok()
     }
 
     /// The class a report of this tool puts a trial in: its words, then the docs/operator.md

@@ -125,11 +125,13 @@ impl DeviceProblem {
     }
 }
 
-/// The values of an array in logical order, borrowed when it is in standard layout.
-fn as_slice(a: &Array3<f32>) -> std::borrow::Cow<'_, [f32]> {
-    match a.as_slice() {
+/// The values of the first `rows` rows of an array in logical order, borrowed when it is in
+/// standard layout (a leading-row slice of one is too).
+fn rows_slice(a: &Array3<f32>, rows: usize) -> std::borrow::Cow<'_, [f32]> {
+    let rows = ndarray::s![..rows, .., ..];
+    match a.slice(rows).to_slice() {
         Some(s) => std::borrow::Cow::Borrowed(s),
-        None => std::borrow::Cow::Owned(a.iter().copied().collect()),
+        None => std::borrow::Cow::Owned(a.slice(rows).iter().copied().collect()),
     }
 }
 
@@ -160,13 +162,12 @@ impl Gpu {
             RowLayout::Exact => geometry.real_rows,
             RowLayout::Padded | RowLayout::Strided => geometry.total_rows,
         };
-        let rows = |a: &Array3<f32>| a.slice(ndarray::s![..allocated_rows, .., ..]).to_owned();
-        let q = upload(self, "q", encode(dt, &as_slice(&rows(&p.q))))?;
+        let q = upload(self, "q", encode(dt, &rows_slice(&p.q, allocated_rows)))?;
         let kv = upload(self, "the KV cache", encode(dt, &p.kv))?;
         let rel = upload(
             self,
             "rel_logits",
-            encode(dt, &as_slice(&rows(&p.rel_logits))),
+            encode(dt, &rows_slice(&p.rel_logits, allocated_rows)),
         )?;
         let out_poison = out_poison(&geometry);
         let block_table = upload(self, "block_table", p.block_table.iter().copied().collect())?;
