@@ -87,6 +87,17 @@ impl Trial {
         }
     }
 
+    /// The worker (its index in the session) that runs this trial, for a worker trial.
+    pub fn worker_index(&self) -> Option<usize> {
+        match &self.kind {
+            TrialKind::Gpu {
+                target: Target::Worker { worker, .. },
+                ..
+            } => Some(*worker),
+            _ => None,
+        }
+    }
+
     /// The `path` column of the report.
     pub fn path(&self) -> String {
         match &self.kind {

@@ -3,6 +3,7 @@
 //! directory. This module reads the arguments and sets the run up; the engine runs the trials
 //! and tells the run's reporters, the report (`report_life`) and the console (`console`).
 
+use crate::engine::memory_gate::MemoryGate;
 use crate::engine::Engine;
 use crate::exit;
 use crate::gpu_status::GpuStatus;
@@ -214,6 +215,7 @@ pub fn run_with(
         processes: args.processes,
         tally: tally.clone(),
         max_fail: args.max_fail,
+        memory_gate: MemoryGate::for_machine(),
         ..Engine::new(&session)
     };
     let mut console = Console::new(tally);

@@ -2,11 +2,12 @@
 //! and its references computed once, shared by every trial that uses it, and dropped when its last trial has run.
 
 use super::case_cache::CaseCache;
+use super::memory_gate::{footprint, MemoryGate, Reservation};
 use crate::phases::{self, Phase};
 use crate::trial_list::Trial;
 use relattn_matrices::{read_file_case, Case, CaseSource};
 use relattn_reference::{emulate, fast, gen, Problem, RefOutput};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A generated case with its references, computed on first use.
@@ -16,6 +17,8 @@ pub struct CaseData {
     pub rows: Option<Vec<usize>>,
     ref64: OnceLock<RefOutput>,
     ref_lp: OnceLock<RefOutput>,
+    /// The case's memory in the machine's ledger, held while the case is (`memory_gate`).
+    _memory: Option<Reservation>,
 }
 
 impl CaseData {
@@ -47,6 +50,7 @@ impl CaseData {
             rows,
             ref64: OnceLock::new(),
             ref_lp: OnceLock::new(),
+            _memory: None,
         })
     }
 
@@ -81,6 +85,9 @@ pub struct CaseStore {
     keep: bool,
     /// Cases kept on disk between processes (the `cargo test` harness under nextest).
     disk: Option<CaseCache>,
+    /// The machine's memory ledger, shared with other runs, and per case how many workers load
+    /// their own copy of it.
+    gate: Option<(Arc<MemoryGate>, HashMap<String, usize>)>,
 }
 
 impl CaseStore {
@@ -98,6 +105,7 @@ impl CaseStore {
             inner: Mutex::new(map),
             keep: false,
             disk: None,
+            gate: None,
         }
     }
 
@@ -107,12 +115,35 @@ impl CaseStore {
         self
     }
 
+    /// The same store, each case reserving its memory in `gate` (with a copy for every worker
+    /// of `trials` that runs it) before it is built, and holding it until it is dropped.
+    pub fn with_memory_gate(
+        mut self,
+        gate: Option<Arc<MemoryGate>>,
+        trials: &[Trial],
+    ) -> CaseStore {
+        self.gate = gate.map(|g| {
+            let mut workers: HashMap<String, HashSet<usize>> = HashMap::new();
+            for t in trials {
+                if let (Some(case), Some(w)) = (t.case(), t.worker_index()) {
+                    workers.entry(case.id.clone()).or_default().insert(w);
+                }
+            }
+            (
+                g,
+                workers.into_iter().map(|(id, w)| (id, w.len())).collect(),
+            )
+        });
+        self
+    }
+
     /// A store that keeps every case it builds.
     pub fn keep_all() -> CaseStore {
         CaseStore {
             inner: Mutex::new(HashMap::new()),
             keep: true,
             disk: None,
+            gate: None,
         }
     }
 
@@ -130,7 +161,18 @@ impl CaseStore {
 
     /// The cell's case, built from the disk cache or generated on first use.
     fn build<'c>(&self, cell: &'c CaseCell, case: &Case) -> &'c Result<Arc<CaseData>, String> {
-        cell.get_or_init(|| CaseData::cached(case, self.disk.as_ref()).map(Arc::new))
+        cell.get_or_init(|| {
+            let memory = self.gate.as_ref().map(|(gate, workers)| {
+                let copies = workers.get(&case.id).copied().unwrap_or(0);
+                gate.reserve(footprint(case.bytes(), copies), &case.id)
+            });
+            CaseData::cached(case, self.disk.as_ref()).map(|data| {
+                Arc::new(CaseData {
+                    _memory: memory,
+                    ..data
+                })
+            })
+        })
     }
 
     /// Build the case and both references ahead of its trials (a device thread prepares the

@@ -13,6 +13,7 @@ mod cases;
 pub mod causes;
 pub mod compile_key;
 mod events;
+pub mod memory_gate;
 mod row;
 pub mod runners;
 mod schedule;
@@ -67,6 +68,9 @@ pub struct Engine<'s> {
     /// The run's phase and counts by status as rows arrive, for the progress line: the engine
     /// writes it, a ticker and the reporters read it.
     pub tally: Arc<Mutex<Tally>>,
+    /// The machine's memory ledger, shared with the other runs on it (`memory_gate`): None
+    /// builds cases without asking it.
+    pub memory_gate: Option<Arc<memory_gate::MemoryGate>>,
     /// Start no trial after this many failed or errored ones (`--max-fail`).
     pub max_fail: Option<usize>,
 }
@@ -79,6 +83,7 @@ impl<'s> Engine<'s> {
             processes: 1,
             tally: Arc::default(),
             max_fail: None,
+            memory_gate: None,
         }
     }
 

@@ -37,7 +37,9 @@ pub(super) fn run_all(
         .filter(|t| !done.contains(&t.name))
         .cloned()
         .collect();
-    let store = Arc::new(CaseStore::for_trials(&trials));
+    let store = Arc::new(
+        CaseStore::for_trials(&trials).with_memory_gate(engine.memory_gate.clone(), &trials),
+    );
     let (runs, cpu): (Vec<Trial>, Vec<Trial>) = trials
         .into_iter()
         .partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());

@@ -193,3 +193,61 @@ fn an_unavailable_worker_skips_without_work() {
     }
     assert!(!rec.exists(), "a run was sent");
 }
+
+/// Two runs side by side share the machine's memory ledger: with a budget too small for two
+/// cases at once, one run waits (and says so) while the other holds a case, their workers
+/// never hold cases at the same time, and both finish with their whole report.
+#[test]
+fn runs_side_by_side_take_turns_with_their_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let runs: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            let (dir, ledger) = (dir.path().to_path_buf(), ledger.clone());
+            std::thread::spawn(move || {
+                let rec = dir.join(format!("record-{name}"));
+                let (o, report) = pool_run(
+                    &dir,
+                    name,
+                    1,
+                    &[
+                        ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
+                        ("RELATTN_FAULTY_SLOW_MS", "20"),
+                        ("RELATTN_MEMORY_DIR", ledger.to_str().unwrap()),
+                        ("RELATTN_MEMORY_BUDGET", "1"),
+                    ],
+                );
+                (o, report, rec)
+            })
+        })
+        .collect();
+    let runs: Vec<_> = runs.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut waited = false;
+    for (o, report, rec) in &runs {
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(worker_rows(report).len(), record(rec).len());
+        waited |= text(&o.stderr).contains("waiting for memory");
+    }
+    assert!(waited, "neither run waited for the other's case");
+    let (a, b) = (record(&runs[0].2), record(&runs[1].2));
+    let overlap = a
+        .iter()
+        .find(|x| b.iter().any(|y| x.1 < y.2 && y.1 < x.2 && x.3 != y.3));
+    assert!(
+        overlap.is_none(),
+        "both runs held a case at once: {overlap:?}"
+    );
+    // The ledger holds no entry of a run that ended.
+    let left = std::fs::read_dir(&ledger)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "entry")
+        })
+        .count();
+    assert_eq!(left, 0);
+}
