@@ -156,7 +156,11 @@ impl CaseStore {
                 .0
                 .clone()
         };
-        self.build(&cell, case).clone()
+        let data = self.build(&cell, case).clone();
+        if let Ok(Some(memory)) = data.as_ref().map(|d| d._memory.as_ref()) {
+            memory.use_started();
+        }
+        data
     }
 
     /// The cell's case, built from the disk cache or generated on first use.
@@ -198,6 +202,11 @@ impl CaseStore {
         }
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = map.get_mut(&case.id) {
+            if let Some(Ok(data)) = entry.0.get() {
+                if let Some(memory) = &data._memory {
+                    memory.use_ended();
+                }
+            }
             entry.1 = entry.1.saturating_sub(1);
             if entry.1 == 0 {
                 map.remove(&case.id);

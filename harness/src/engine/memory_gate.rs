@@ -6,22 +6,25 @@
 //!
 //! The ledger is a folder (`$RELATTN_MEMORY_DIR`, else `relattn-memory` in the temporary
 //! folder): one entry file per run, which the run holds locked (`flock`) for its life and which
-//! says how many bytes it holds; a file `ledger.lock` serialises the check-and-reserve. An entry
-//! whose lock can be taken belongs to a run that ended, however it ended: it is removed, so a
-//! killed run holds nothing. A folder that cannot be used costs only the gate: the run goes on
-//! as without one.
+//! says how many bytes it holds, how many of them a running trial uses now, and since when one
+//! of its threads waits; a file `ledger.lock` serialises the check-and-reserve. An entry whose
+//! lock can be taken belongs to a run that ended, however it ended: it is removed, so a killed
+//! run holds nothing. A folder that cannot be used costs only the gate: the run goes on as
+//! without one.
 //!
 //! Rules: a reservation is granted when no other run holds anything, or when all runs' holdings
 //! and it stay within the budget; otherwise it waits (saying so once on stderr). A run is never
-//! held back by its own holdings alone (one run behaves as without the gate), and a wait during
-//! which no run's holdings changed for [`STALL`] is granted (runs that each wait on the others,
-//! each holding a case kept for trials that come later, would otherwise wait for ever).
+//! held back by its own holdings alone (one run behaves as without the gate). A case stays
+//! reserved until its last trial has run, also between its trials (a case that one worker has
+//! run waits for another's): when every run that holds memory waits and none of them is running
+//! a trial, nothing would ever be released, so the run that has waited longest goes on.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The environment variable naming the ledger's folder.
 pub const ENV: &str = "RELATTN_MEMORY_DIR";
@@ -31,8 +34,6 @@ pub const BUDGET_ENV: &str = "RELATTN_MEMORY_BUDGET";
 /// The cases of all runs together stay within this fraction of the machine's memory (the rest
 /// is the workers' interpreters, CUDA contexts and everything else on the machine).
 pub const BUDGET_DENOMINATOR: u64 = 2;
-/// A wait during which no run's holdings changed for this long is granted.
-pub const STALL: Duration = Duration::from_secs(300);
 /// How often a waiting reservation looks again.
 const POLL: Duration = Duration::from_millis(200);
 const LOCK: &str = "ledger.lock";
@@ -45,26 +46,101 @@ pub fn footprint(case_bytes: u64, workers: usize) -> u64 {
     case_bytes.saturating_mul(2 + 2 * workers as u64)
 }
 
+/// What one run's entry says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Entry {
+    /// Bytes reserved.
+    held: u64,
+    /// Of those, the bytes of cases a running trial uses now.
+    in_use: u64,
+    /// Milliseconds since the epoch at which the longest-waiting of its threads began to wait;
+    /// 0 when none waits.
+    waiting_since: u64,
+}
+
+/// This run's side of the ledger.
+struct Own {
+    file: File,
+    held: u64,
+    in_use: u64,
+    /// The start (ms since the epoch) of each waiting thread's wait, by ticket.
+    waits: BTreeMap<u64, u64>,
+    next_ticket: u64,
+}
+
+impl Own {
+    fn entry(&self) -> Entry {
+        Entry {
+            held: self.held,
+            in_use: self.in_use,
+            waiting_since: self.waits.values().copied().min().unwrap_or(0),
+        }
+    }
+
+    fn write(&mut self) {
+        let e = self.entry();
+        let _ = write_entry(&mut self.file, e);
+    }
+}
+
 /// This run's place in the machine's ledger.
 pub struct MemoryGate {
     dir: PathBuf,
     budget: u64,
-    stall: Duration,
-    /// This run's entry, locked for the run's life, and the bytes it holds.
-    own: Mutex<(File, u64)>,
+    own: Mutex<Own>,
     own_path: PathBuf,
 }
 
-/// Bytes held in the ledger until dropped.
+/// Bytes held in the ledger until dropped; [`Reservation::use_started`] and
+/// [`Reservation::use_ended`] say when a trial runs on them.
 pub struct Reservation {
     gate: Arc<MemoryGate>,
     bytes: u64,
+    users: Mutex<usize>,
+}
+
+impl Reservation {
+    /// A trial begins to use the case.
+    pub fn use_started(&self) {
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        *users += 1;
+        if *users == 1 {
+            self.gate
+                .update(|o| o.in_use = o.in_use.saturating_add(self.bytes));
+        }
+    }
+
+    /// A trial is done with the case.
+    pub fn use_ended(&self) {
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        if *users == 0 {
+            return;
+        }
+        *users -= 1;
+        if *users == 0 {
+            self.gate
+                .update(|o| o.in_use = o.in_use.saturating_sub(self.bytes));
+        }
+    }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.gate.release(self.bytes);
+        let users = *self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = self.bytes;
+        self.gate.update(|o| {
+            o.held = o.held.saturating_sub(bytes);
+            if users > 0 {
+                o.in_use = o.in_use.saturating_sub(bytes);
+            }
+        });
     }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl MemoryGate {
@@ -80,103 +156,128 @@ impl MemoryGate {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| relattn_reference::limits::memory_bytes().0 / BUDGET_DENOMINATOR);
-        MemoryGate::open(&dir, budget, STALL).ok().map(Arc::new)
+        MemoryGate::open(&dir, budget).ok().map(Arc::new)
     }
 
     /// A gate over the ledger in `dir` with `budget` bytes for all runs together.
-    pub fn open(dir: &Path, budget: u64, stall: Duration) -> std::io::Result<MemoryGate> {
+    pub fn open(dir: &Path, budget: u64) -> std::io::Result<MemoryGate> {
         fs::create_dir_all(dir)?;
-        let name = format!(
-            "{}-{}{SUFFIX}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        );
-        let own_path = dir.join(name);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let own_path = dir.join(format!("{}-{nanos}{SUFFIX}", std::process::id()));
         let mut file = File::options()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&own_path)?;
         file.lock()?;
-        write_entry(&mut file, 0)?;
+        write_entry(&mut file, Entry::default())?;
         Ok(MemoryGate {
             dir: dir.to_path_buf(),
             budget,
-            stall,
-            own: Mutex::new((file, 0)),
+            own: Mutex::new(Own {
+                file,
+                held: 0,
+                in_use: 0,
+                waits: BTreeMap::new(),
+                next_ticket: 0,
+            }),
             own_path,
         })
+    }
+
+    fn own(&self) -> std::sync::MutexGuard<'_, Own> {
+        self.own.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Own)) {
+        let mut own = self.own();
+        change(&mut own);
+        own.write();
     }
 
     /// Reserve `bytes` for `what` (a case id, for the message), waiting while the runs on this
     /// machine hold too much.
     pub fn reserve(self: &Arc<Self>, bytes: u64, what: &str) -> Reservation {
-        let mut said = false;
-        let mut last_change = Instant::now();
-        let mut last_others = None;
+        let mut ticket = None;
         loop {
-            let Some(others) = self.try_reserve(bytes, last_change.elapsed() >= self.stall) else {
-                return Reservation {
-                    gate: self.clone(),
-                    bytes,
-                };
-            };
-            if last_others != Some(others) {
-                last_others = Some(others);
-                last_change = Instant::now();
-            }
-            if !said {
-                said = true;
-                eprintln!(
-                    "relattn: waiting for memory: case {what} takes about {} in use; other relattn runs on this machine hold {} of the {} their cases may take together ({ENV}: {})",
-                    gib(bytes),
-                    gib(others),
-                    gib(self.budget),
-                    self.dir.display()
-                );
+            match self.try_reserve(bytes, ticket) {
+                Ok(()) => {
+                    return Reservation {
+                        gate: self.clone(),
+                        bytes,
+                        users: Mutex::new(0),
+                    }
+                }
+                Err(others) if ticket.is_none() => {
+                    let mut own = self.own();
+                    let t = own.next_ticket;
+                    own.next_ticket += 1;
+                    own.waits.insert(t, now_ms());
+                    own.write();
+                    ticket = Some(t);
+                    drop(own);
+                    eprintln!(
+                        "relattn: waiting for memory: case {what} takes about {} in use; other relattn runs on this machine hold {} of the {} their cases may take together ({ENV}: {})",
+                        gib(bytes),
+                        gib(others),
+                        gib(self.budget),
+                        self.dir.display()
+                    );
+                }
+                Err(_) => {}
             }
             std::thread::sleep(POLL);
         }
     }
 
-    /// Reserves `bytes` when the rules allow (None), else gives the bytes other runs hold.
-    fn try_reserve(&self, bytes: u64, stalled: bool) -> Option<u64> {
+    /// Reserves `bytes` when the rules allow, else gives the bytes other runs hold. `ticket`:
+    /// this thread's wait, once it waits.
+    fn try_reserve(&self, bytes: u64, ticket: Option<u64>) -> Result<(), u64> {
         let lock = File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .open(self.dir.join(LOCK))
             .and_then(|f| f.lock().map(|()| f));
-        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        let mut own = self.own();
         let others = match &lock {
-            Ok(_) => self.others_holding(),
-            Err(_) => 0, // no ledger: no gate
+            Ok(_) => self.others(),
+            Err(_) => Vec::new(), // no ledger: no gate
         };
-        let fits = others.saturating_add(own.1).saturating_add(bytes) <= self.budget;
-        if others == 0 || fits || stalled {
-            let (file, held) = &mut *own;
-            *held = held.saturating_add(bytes);
-            let _ = write_entry(file, *held);
-            return None;
+        let others_held = others.iter().fold(0u64, |a, e| a.saturating_add(e.held));
+        let fits = others_held.saturating_add(own.held).saturating_add(bytes) <= self.budget;
+        // Nothing would be released: every other run holding memory waits and runs no trial,
+        // and neither does this one; the run that has waited longest goes on.
+        let mine = own.entry();
+        let stuck = mine.in_use == 0
+            && mine.waiting_since != 0
+            && others
+                .iter()
+                .filter(|e| e.held > 0)
+                .all(|e| e.in_use == 0 && e.waiting_since != 0)
+            && others
+                .iter()
+                .filter(|e| e.held > 0)
+                .all(|e| e.waiting_since > mine.waiting_since);
+        if others_held == 0 || fits || stuck {
+            if let Some(t) = ticket {
+                own.waits.remove(&t);
+            }
+            own.held = own.held.saturating_add(bytes);
+            own.write();
+            return Ok(());
         }
-        Some(others)
+        Err(others_held)
     }
 
-    fn release(&self, bytes: u64) {
-        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
-        let (file, held) = &mut *own;
-        *held = held.saturating_sub(bytes);
-        let _ = write_entry(file, *held);
-    }
-
-    /// The bytes the other live runs hold; entries of runs that ended are removed.
-    fn others_holding(&self) -> u64 {
+    /// The entries of the other live runs; entries of runs that ended are removed.
+    fn others(&self) -> Vec<Entry> {
         let Ok(dir) = fs::read_dir(&self.dir) else {
-            return 0;
+            return Vec::new();
         };
-        let mut total = 0u64;
+        let mut out = Vec::new();
         for entry in dir.filter_map(Result::ok) {
             let path = entry.path();
             if !path.to_string_lossy().ends_with(SUFFIX) || path == self.own_path {
@@ -191,27 +292,16 @@ impl MemoryGate {
                 continue;
             }
             let mut text = String::new();
-            let _ = (&mut file).take(64).read_to_string(&mut text);
-            total = total.saturating_add(text.trim().parse().unwrap_or(0));
+            let _ = (&mut file).take(128).read_to_string(&mut text);
+            out.push(parse_entry(&text));
         }
-        total
+        out
     }
 
     /// The bytes this run holds now.
     pub fn held(&self) -> u64 {
-        self.own.lock().unwrap_or_else(|e| e.into_inner()).1
+        self.own().held
     }
-}
-
-/// The entry's one line, of fixed width and written in one call at its start, so a reader sees
-/// the old or the new figure, never a mix.
-fn write_entry(file: &mut File, held: u64) -> std::io::Result<()> {
-    file.rewind()?;
-    file.write_all(format!("{held:020}\n").as_bytes())
-}
-
-fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 impl Drop for MemoryGate {
@@ -221,21 +311,58 @@ impl Drop for MemoryGate {
     }
 }
 
+/// The entry's one line, of fixed width and written in one call at its start, so a reader sees
+/// the old or the new figures, never a mix.
+fn write_entry(file: &mut File, e: Entry) -> std::io::Result<()> {
+    file.rewind()?;
+    file.write_all(format!("{:020} {:020} {:020}\n", e.held, e.in_use, e.waiting_since).as_bytes())
+}
+
+/// An entry's figures; what cannot be read counts as nothing held.
+fn parse_entry(text: &str) -> Entry {
+    let mut n = text.split_whitespace().map(|w| w.parse().unwrap_or(0));
+    Entry {
+        held: n.next().unwrap_or(0),
+        in_use: n.next().unwrap_or(0),
+        waiting_since: n.next().unwrap_or(0),
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    const LONG: Duration = Duration::from_secs(3600);
-
-    fn gate(dir: &Path, budget: u64, stall: Duration) -> Arc<MemoryGate> {
-        Arc::new(MemoryGate::open(dir, budget, stall).unwrap())
+    fn gate(dir: &Path, budget: u64) -> Arc<MemoryGate> {
+        Arc::new(MemoryGate::open(dir, budget).unwrap())
     }
+
+    /// Reserve on a thread of its own; the receiver hears when it is granted.
+    fn reserve_later(
+        g: &Arc<MemoryGate>,
+        bytes: u64,
+    ) -> (mpsc::Receiver<()>, std::thread::JoinHandle<Reservation>) {
+        let (tx, rx) = mpsc::channel();
+        let g = g.clone();
+        let t = std::thread::spawn(move || {
+            let r = g.reserve(bytes, "later");
+            tx.send(()).unwrap();
+            r
+        });
+        (rx, t)
+    }
+
+    const SHORT: Duration = Duration::from_millis(700);
+    const LONG: Duration = Duration::from_secs(20);
 
     #[test]
     fn a_run_alone_is_never_held_back_by_its_own_cases() {
         let dir = tempfile::tempdir().unwrap();
-        let a = gate(dir.path(), 100, LONG);
+        let a = gate(dir.path(), 100);
         let first = a.reserve(80, "one");
         let second = a.reserve(80, "two");
         assert_eq!(a.held(), 160);
@@ -246,25 +373,18 @@ mod tests {
     #[test]
     fn a_second_run_waits_until_the_first_releases() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (gate(dir.path(), 100, LONG), gate(dir.path(), 100, LONG));
+        let (a, b) = (gate(dir.path(), 100), gate(dir.path(), 100));
         let held = a.reserve(60, "big");
+        held.use_started();
         let small = b.reserve(40, "fits beside it");
-        let (tx, rx) = mpsc::channel();
-        let waiter = {
-            let b = b.clone();
-            std::thread::spawn(move || {
-                let r = b.reserve(30, "waits");
-                tx.send(()).unwrap();
-                r
-            })
-        };
         // 60 + 40 + 30 > 100: the third waits while the first is held.
-        assert!(rx.recv_timeout(Duration::from_millis(600)).is_err());
+        let (rx, t) = reserve_later(&b, 30);
+        assert!(rx.recv_timeout(SHORT).is_err());
         assert_eq!(b.held(), 40);
         drop(held);
-        rx.recv_timeout(Duration::from_secs(10))
+        rx.recv_timeout(LONG)
             .expect("granted once the other run released its case");
-        let granted = waiter.join().unwrap();
+        let granted = t.join().unwrap();
         assert_eq!(b.held(), 70);
         drop((small, granted));
     }
@@ -272,44 +392,54 @@ mod tests {
     #[test]
     fn an_ended_runs_entry_is_removed_and_not_counted() {
         let dir = tempfile::tempdir().unwrap();
-        // An entry nobody holds locked: its run ended (was killed) holding 90.
-        let mut dead = File::create(dir.path().join(format!("1-1{SUFFIX}"))).unwrap();
-        write_entry(&mut dead, 90).unwrap();
-        drop(dead);
-        let a = gate(dir.path(), 100, LONG);
-        let (tx, rx) = mpsc::channel();
-        let t = {
-            let a = a.clone();
-            std::thread::spawn(move || {
-                let r = a.reserve(50, "after a killed run");
-                tx.send(()).unwrap();
-                r
-            })
+        // An entry nobody holds locked: its run ended (was killed) holding 90 in use.
+        let dead_path = dir.path().join(format!("1-1{SUFFIX}"));
+        let mut dead = File::create(&dead_path).unwrap();
+        let held = Entry {
+            held: 90,
+            in_use: 90,
+            waiting_since: 0,
         };
-        rx.recv_timeout(Duration::from_secs(10))
-            .expect("not held back by a dead run");
+        write_entry(&mut dead, held).unwrap();
+        drop(dead);
+        let a = gate(dir.path(), 100);
+        let (rx, t) = reserve_later(&a, 50);
+        rx.recv_timeout(LONG).expect("not held back by a dead run");
         drop(t.join().unwrap());
-        assert!(!dir.path().join(format!("1-1{SUFFIX}")).exists());
+        assert!(!dead_path.exists());
     }
 
+    /// Two runs, each holding a case kept for later trials and waiting for another: the one
+    /// that waited first goes on; a run that runs a trial on its case is waited for instead.
     #[test]
-    fn a_wait_with_no_change_anywhere_is_granted_after_the_stall() {
+    fn runs_waiting_on_each_other_let_the_first_waiter_go_on() {
         let dir = tempfile::tempdir().unwrap();
-        let a = gate(dir.path(), 100, LONG);
-        let b = gate(dir.path(), 100, Duration::from_millis(300));
-        let _held = a.reserve(90, "parked");
-        let started = Instant::now();
-        let r = b.reserve(50, "stalled");
-        assert!(started.elapsed() >= Duration::from_millis(300));
-        assert_eq!(b.held(), 50);
-        drop(r);
+        let (a, b) = (gate(dir.path(), 100), gate(dir.path(), 100));
+        let parked_a = a.reserve(60, "a's case");
+        let parked_b = b.reserve(30, "b's case");
+        parked_a.use_started();
+        let (rx_a, t_a) = reserve_later(&a, 40);
+        std::thread::sleep(Duration::from_millis(50));
+        let (rx_b, t_b) = reserve_later(&b, 40);
+        // a runs a trial on its case: both wait for it.
+        assert!(rx_a.recv_timeout(SHORT).is_err());
+        assert!(rx_b.try_recv().is_err());
+        // Its trial ends, the case stays (parked): nothing would be released any more, and
+        // a, the first to wait, goes on; b still waits.
+        parked_a.use_ended();
+        rx_a.recv_timeout(LONG).expect("the first waiter goes on");
+        assert!(rx_b.recv_timeout(SHORT).is_err());
+        let granted_a = t_a.join().unwrap();
+        drop((parked_a, granted_a));
+        rx_b.recv_timeout(LONG).expect("b goes on once a released");
+        drop((t_b.join().unwrap(), parked_b));
     }
 
     #[test]
     fn a_gate_removes_its_entry_when_its_run_ends() {
         let dir = tempfile::tempdir().unwrap();
-        let a = gate(dir.path(), 100, LONG);
-        let _r = a.reserve(10, "x");
+        let a = gate(dir.path(), 100);
+        let r = a.reserve(10, "x");
         let entries = || {
             fs::read_dir(dir.path())
                 .unwrap()
@@ -323,9 +453,30 @@ mod tests {
                 .count()
         };
         assert_eq!(entries(), 1);
-        drop(_r);
+        drop(r);
         drop(a);
         assert_eq!(entries(), 0);
+    }
+
+    #[test]
+    fn an_entry_reads_back_and_garbage_holds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e");
+        let mut f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let e = Entry {
+            held: 7,
+            in_use: 3,
+            waiting_since: 12,
+        };
+        write_entry(&mut f, e).unwrap();
+        assert_eq!(parse_entry(&fs::read_to_string(&path).unwrap()), e);
+        assert_eq!(parse_entry("torn"), Entry::default());
     }
 
     #[test]
