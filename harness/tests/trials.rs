@@ -13,11 +13,14 @@
 //! reason instead. Under nextest, which runs each trial in a process of its own, generated cases
 //! are kept on disk between processes, under the test target's temporary directory (see
 //! `case_cache`). `harness::list_time_ignores` checks the listing nextest reads.
+//!
+//! Each trial is a test of its own, run when and where libtest (or nextest) chooses, so this
+//! target is no reporter of an engine run: each test runs its one trial through
+//! `Engine::run_one` (docs/decisions.md).
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use relattn_harness::engine::case_cache::CaseCache;
-use relattn_harness::engine::{run_trial, CaseStore, Runners};
-
+use relattn_harness::engine::{CaseStore, Engine};
 use relattn_harness::session::{Session, SessionOptions};
 use relattn_reports::Status;
 use std::collections::BTreeMap;
@@ -214,11 +217,7 @@ fn main() -> ExitCode {
             if let Some(reason) = &t.ignore {
                 return not_run(reason, nextest);
             }
-            let runners = Runners {
-                worker_slot: pool_slot(&session, &t),
-                ..session.runners(0)
-            };
-            let row = run_trial(&t, &store, &runners, &session.set);
+            let row = Engine::new(&session).run_one(&t, &store, pool_slot(&session, &t));
             match row.status {
                 Status::Pass | Status::XPass => Ok(Completion::Completed),
                 // libtest has no expected failure: the test passes and says so.

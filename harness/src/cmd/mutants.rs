@@ -2,7 +2,7 @@
 //! that the matrix catches it on every path whose kernels contain it. Each (defect, path) stops
 //! at its first failing trial; cheap cases run first. Exit 1 if any defect survives.
 
-use crate::engine::{CaseStore, Engine};
+use crate::engine::{CaseStore, Done, Engine, Event, Reporter};
 use crate::exit;
 use crate::gpu_exec::RealFactory;
 use crate::gpu_status::{DeviceSelection, GpuStatus};
@@ -10,7 +10,7 @@ use crate::session::{Session, SessionOptions};
 use crate::trial_list::{BoundsCheck, PathSelection, TrialKind};
 use relattn_kernels::capability::NvmlSource;
 use relattn_kernels::gpu::{Gpu, Mutant};
-use relattn_reports::Status;
+use relattn_reports::{Row, Status};
 use relattn_routing::PathId;
 use std::time::Instant;
 
@@ -120,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let factory = RealFactory {
                 mutant: Some(mutant),
             };
-            let session =
+            let mut session =
                 Session::open(&opts, &factory).map_err(|e| exit::usage(format!("{e:#}")))?;
             match &session.status {
                 GpuStatus::Ready { .. } => {}
@@ -129,20 +129,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     return Err(exit::no_gpu(format!("no usable GPU: {why}")))
                 }
             }
-            let mut trials: Vec<_> = session
-                .trials
-                .iter()
-                .filter(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none())
-                .collect();
-            trials.sort_by(|a, b| {
-                let fa = a.case().map_or(0.0, |c| c.flops());
-                let fb = b.case().map_or(0.0, |c| c.flops());
-                fa.total_cmp(&fb).then_with(|| a.name.cmp(&b.name))
-            });
-            let rows = Engine::new(&session)
-                .run_in_order(trials, &store, |row| row.status == Status::Fail);
-            let ran = rows.len();
-            let caught = rows.into_iter().find(|row| row.status == Status::Fail);
+            cheapest_gpu_trials_first(&mut session);
+            let engine = Engine {
+                in_order: Some(&store),
+                ..Engine::new(&session)
+            };
+            let mut verdict = FirstFailure::default();
+            engine.run_reporting(&Done::default(), &mut [&mut verdict])?;
+            let ran = engine.tally.lock().unwrap_or_else(|e| e.into_inner()).done;
+            let caught = verdict.caught;
             let secs = started.elapsed().as_secs_f64();
             match caught {
                 Some(row) => println!(
@@ -175,6 +170,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "planted defects not caught: {}",
             survived.join(", ")
         )))
+    }
+}
+
+/// Keep the session's GPU trials that run on this machine, the cheapest first (a defect is
+/// usually caught by a small case).
+fn cheapest_gpu_trials_first(session: &mut Session) {
+    session
+        .trials
+        .retain(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());
+    session.trials.sort_by(|a, b| {
+        let fa = a.case().map_or(0.0, |c| c.flops());
+        let fb = b.case().map_or(0.0, |c| c.flops());
+        fa.total_cmp(&fb).then_with(|| a.name.cmp(&b.name))
+    });
+}
+
+/// The verdict on one (defect, path): the first trial that failed, which is enough.
+#[derive(Default)]
+struct FirstFailure {
+    caught: Option<Row>,
+}
+
+impl Reporter for FirstFailure {
+    fn event(&mut self, event: &Event<'_>) -> anyhow::Result<()> {
+        if let Event::Row(row) = event {
+            if row.status == Status::Fail && self.caught.is_none() {
+                self.caught = Some((*row).clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn enough(&self) -> bool {
+        self.caught.is_some()
     }
 }
 

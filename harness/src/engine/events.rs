@@ -35,6 +35,12 @@ pub enum Stop {
 /// What follows a run's events: it writes a report, prints lines, collects a verdict.
 pub trait Reporter {
     fn event(&mut self, event: &Event<'_>) -> anyhow::Result<()>;
+
+    /// Whether this reporter has its verdict, so no more trials need start (asked after each
+    /// row).
+    fn enough(&self) -> bool {
+        false
+    }
 }
 
 /// Hands `event` to every reporter, each even when one before failed; the first error.
@@ -65,11 +71,22 @@ mod tests {
         Session::open_with(&opts, &MockSource::new(Vec::new()), false, &factory).unwrap()
     }
 
-    /// What a reporter heard, as text; it fails on the rows of `fail_on`.
+    /// What a reporter heard, as text; it fails on the rows of `fail_on` and has heard enough
+    /// after `enough_after` rows.
     #[derive(Default)]
     struct Heard {
         events: Vec<String>,
         fail_on: Option<&'static str>,
+        enough_after: Option<usize>,
+    }
+
+    impl Heard {
+        fn rows(&self) -> Vec<&str> {
+            self.events
+                .iter()
+                .filter_map(|e| e.strip_prefix("row "))
+                .collect()
+        }
     }
 
     impl Reporter for Heard {
@@ -82,6 +99,10 @@ mod tests {
                 (Event::Row(row), Some(name)) if row.trial == name => anyhow::bail!("no space"),
                 _ => Ok(()),
             }
+        }
+
+        fn enough(&self) -> bool {
+            self.enough_after.is_some_and(|n| self.rows().len() >= n)
         }
     }
 
@@ -150,5 +171,26 @@ mod tests {
                 .count();
             assert_eq!(rows, 5);
         }
+    }
+
+    #[test]
+    fn in_order_the_trials_run_in_the_sessions_order_until_a_reporter_has_heard_enough() {
+        let mut session = session();
+        session.trials.reverse();
+        let store = super::super::CaseStore::keep_all();
+        let engine = Engine {
+            in_order: Some(&store),
+            ..Engine::new(&session)
+        };
+        let mut heard = Heard {
+            enough_after: Some(2),
+            ..Heard::default()
+        };
+        let stop = engine
+            .run_reporting(&Done::default(), &mut [&mut heard])
+            .unwrap();
+        assert_eq!(stop, None);
+        assert_eq!(heard.rows(), ["routing::sm_121", "routing::sm_120"]);
+        assert_eq!(engine.tally.lock().unwrap().done, 2);
     }
 }

@@ -30,11 +30,12 @@ pub use trial::{run_trial, start_trial, Ran, Step};
 
 use crate::progress::Tally;
 use crate::session::Session;
+use crate::trial_list::Trial;
 use events::emit;
 use relattn_reports::Row;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -73,6 +74,11 @@ pub struct Engine<'s> {
     pub memory_gate: Option<Arc<memory_gate::MemoryGate>>,
     /// Start no trial after this many failed or errored ones (`--max-fail`).
     pub max_fail: Option<usize>,
+    /// Some: run the trials one after another on this thread, in the session's order, with
+    /// the cases of this store, instead of on the scheduler's threads (`relattn mutants` runs
+    /// the cheapest first, stops at the first that fails and keeps the cases for its next
+    /// build).
+    pub in_order: Option<&'s CaseStore>,
 }
 
 impl<'s> Engine<'s> {
@@ -83,6 +89,7 @@ impl<'s> Engine<'s> {
             processes: 1,
             tally: Arc::default(),
             max_fail: None,
+            in_order: None,
             memory_gate: None,
         }
     }
@@ -104,7 +111,9 @@ impl<'s> Engine<'s> {
     /// Run every trial of the session but those `done` holds, telling `reporters` the plan,
     /// each row as it finishes (on this thread) and, when trials were left unstarted, why. The
     /// tally counts the rows, `done`'s included. A reporter's error stops no trial: every
-    /// reporter still gets every row, and the first error is returned once the trials end.
+    /// reporter still gets every row, and the first error is returned once the trials end. Once
+    /// a reporter has heard enough (`Reporter::enough`) no trial starts, as at the end of the
+    /// list: that is no `Stop`.
     pub fn run_reporting(
         &self,
         done: &Done,
@@ -136,6 +145,7 @@ impl<'s> Engine<'s> {
             if let Err(e) = emit(reporters, &Event::Row(&row)) {
                 failed.get_or_insert(e);
             }
+            reporters.iter().any(|r| r.enough())
         });
         if let Some(e) = failed {
             return Err(e);
@@ -152,13 +162,16 @@ impl<'s> Engine<'s> {
     }
 
     /// Run every trial of the session but those in `done` (a resumed report's), handing each
-    /// row to `on_row` on this thread as soon as it finishes. No trial starts once a stop was
-    /// asked for (`stopping`) or `max_fail` trials failed or errored; the trials in flight
-    /// finish. Returns whether `max_fail` stopped it.
-    pub fn run(&self, done: &HashSet<String>, mut on_row: impl FnMut(Row)) -> bool {
+    /// row to `on_row` on this thread as soon as it finishes; `on_row` says whether that is
+    /// enough. No trial starts once a stop was asked for (`stopping`), `max_fail` trials failed
+    /// or errored, or `on_row` said enough; the trials in flight finish. Returns whether
+    /// `max_fail` stopped it.
+    fn run(&self, done: &HashSet<String>, mut on_row: impl FnMut(Row) -> bool) -> bool {
         let bad = AtomicUsize::new(0);
+        let enough = AtomicBool::new(false);
         let limit = self.max_fail.unwrap_or(usize::MAX);
-        let stop = || stopping() || bad.load(Ordering::SeqCst) >= limit;
+        let stop =
+            || stopping() || bad.load(Ordering::SeqCst) >= limit || enough.load(Ordering::SeqCst);
         // Rows of trials listed as ignored come back at once: the ETA does not count them.
         let ignored: HashSet<&str> = self
             .session
@@ -167,7 +180,7 @@ impl<'s> Engine<'s> {
             .filter(|t| t.ignore.is_some())
             .map(|t| t.name.as_str())
             .collect();
-        schedule::run_all(self, done, &stop, |row| {
+        let mut count = |row: Row| {
             if row.status.is_bad() {
                 bad.fetch_add(1, Ordering::SeqCst);
             }
@@ -179,35 +192,35 @@ impl<'s> Engine<'s> {
                 }
                 *t.counts.entry(row.status.as_str()).or_default() += 1;
             }
-            on_row(row);
-        });
+            if on_row(row) {
+                enough.store(true, Ordering::SeqCst);
+            }
+        };
+        match self.in_order {
+            None => schedule::run_all(self, done, &stop, count),
+            Some(store) => {
+                for t in self.session.trials.iter() {
+                    if stop() {
+                        break;
+                    }
+                    if !done.contains(&t.name) {
+                        count(self.run_one(t, store, 0));
+                    }
+                }
+            }
+        }
         bad.load(Ordering::SeqCst) >= limit
     }
 
-    /// Run `trials` one after the other on this thread, in their order, until `enough` says
-    /// so after a row (`relattn mutants` stops at the first failure); the rows run.
-    pub fn run_in_order<'t>(
-        &self,
-        trials: impl IntoIterator<Item = &'t crate::trial_list::Trial>,
-        store: &CaseStore,
-        mut enough: impl FnMut(&Row) -> bool,
-    ) -> Vec<Row> {
+    /// Run one trial on this thread, on device slot 0 and process `worker_slot` of its
+    /// worker's pool: the entry of a caller that runs trials one at a time itself (the
+    /// `cargo test` trials, each a test of its own).
+    pub fn run_one(&self, trial: &Trial, store: &CaseStore, worker_slot: usize) -> Row {
         let runners = Runners {
             keep: self.keep,
+            worker_slot,
             ..self.session.runners(0)
         };
-        let mut rows = Vec::new();
-        for t in trials {
-            if stopping() {
-                break;
-            }
-            let row = run_trial(t, store, &runners, &self.session.set);
-            let stop = enough(&row);
-            rows.push(row);
-            if stop {
-                break;
-            }
-        }
-        rows
+        run_trial(trial, store, &runners, &self.session.set)
     }
 }
