@@ -14,8 +14,9 @@
 #   same-verdicts the regressions tier through vllm and triton with one process and with the
 #                 default pool (warm), diffed both ways with `report diff` and compared row by
 #                 row (status and message): the pool must not change a verdict
-#   side-by-side  8 runs of the regressions tier through vllm and triton at once, each with
-#                 --processes 8: every one must finish with a report
+#   side-by-side  8 runs of the regressions tier through the workers at once ($SIDE_IMPLS,
+#                 default vllm,triton), each with --processes 8: every one must finish with a
+#                 complete report
 #
 # Needs: a relattn binary ($RELATTN_BIN, else a release build here); RELATTN_VLLM_ROOT = an
 # unpacked vLLM wheel with its kernels (adapters/tools/fetch_vllm.sh DEST --kernels); torch and
@@ -116,7 +117,7 @@ run_measure() {
             local i pids=() ok=0
             for i in 1 2 3 4 5 6 7 8; do
                 RELATTN_CACHE_DIR="$cache_root/both-ci" "$bin" run --matrix regressions \
-                    --paths none --impl vllm,triton --processes 8 --require-gpu \
+                    --paths none --impl "${SIDE_IMPLS:-vllm,triton}" --processes 8 --require-gpu \
                     --out "$out/reports/side-$i" >"$out/logs/side-$i.log" 2>&1 &
                 pids+=($!)
             done
