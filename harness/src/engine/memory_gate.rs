@@ -4,8 +4,9 @@
 //! machine's budget. Runs side by side (`--processes`, CI jobs on one host) then take turns with
 //! their largest cases instead of being killed by the operating system together.
 //!
-//! The ledger is a folder (`$RELATTN_MEMORY_DIR`, else `relattn-memory` in the temporary
-//! folder): one entry file per run, which the run holds locked (`flock`) for its life and which
+//! The ledger is a folder (`$RELATTN_MEMORY_DIR`, else `/dev/shm/relattn-memory`, else `memory`
+//! in relattn's cache folder; never under `TMPDIR`, which differs between runs and which a run
+//! leaves as it found it): one entry file per run, which the run holds locked (`flock`) for its life and which
 //! says how many bytes it holds, how many of them a running trial uses now, and since when one
 //! of its threads waits; a file `ledger.lock` serialises the check-and-reserve. An entry whose
 //! lock can be taken belongs to a run that ended, however it ended: it is removed, so a killed
@@ -144,14 +145,14 @@ fn now_ms() -> u64 {
 }
 
 impl MemoryGate {
-    /// The gate of this machine: its ledger in `$RELATTN_MEMORY_DIR` or the temporary folder,
+    /// The gate of this machine: its ledger in `$RELATTN_MEMORY_DIR` or [`default_dir`],
     /// its budget `$RELATTN_MEMORY_BUDGET` bytes or [`BUDGET_DENOMINATOR`] of the memory. None
     /// when the ledger cannot be used.
     pub fn for_machine() -> Option<Arc<MemoryGate>> {
         let dir = std::env::var_os(ENV)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
-            .unwrap_or_else(|| std::env::temp_dir().join("relattn-memory"));
+            .or_else(default_dir)?;
         let budget = std::env::var(BUDGET_ENV)
             .ok()
             .and_then(|v| v.trim().parse().ok())
@@ -302,6 +303,17 @@ impl MemoryGate {
     pub fn held(&self) -> u64 {
         self.own().held
     }
+}
+
+/// The ledger's folder when `$RELATTN_MEMORY_DIR` does not name one: `relattn-memory` in the
+/// machine's shared memory (`/dev/shm`, the same for every user of the machine whatever their
+/// `TMPDIR`), else `memory` in relattn's cache folder.
+fn default_dir() -> Option<PathBuf> {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        return Some(shm.join("relattn-memory"));
+    }
+    relattn_kernels::gpu::cache_dir().map(|d| d.join("memory"))
 }
 
 impl Drop for MemoryGate {
