@@ -1,6 +1,6 @@
 //! Case files: `write_case` and `read_case`.
 
-use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Links, Reader};
+use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Links, Owned, Reader};
 use super::{CaseFile, CaseFileError, CaseMeta, FORMAT_VERSION};
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData, RowLayout};
@@ -19,41 +19,26 @@ pub fn write_case(
     let p = problem;
     let (nb, page, hkv, d) = (p.num_blocks, p.page_size, p.num_kv_heads, p.head_dim);
     let cache_shape = vec![nb, page, hkv, d];
-    let gather = |view: crate::problem::KvView| {
-        let mut out = Vec::with_capacity(nb * page * hkv * d);
-        for block in 0..nb {
-            for slot in 0..page {
-                for head in 0..hkv {
-                    let at = view.at(block, slot, head);
-                    out.extend_from_slice(&p.kv[at..at + d]);
-                }
-            }
-        }
-        out
+    // Rows of D floats in the file's order (block, slot, head), read through the layout's view
+    // and encoded only as they are written.
+    let cache = |view: crate::problem::KvView| {
+        Owned::float_rows(
+            nb * page * hkv,
+            move |i| {
+                let (block, slot, head) = (i / (page * hkv), i / hkv % page, i % hkv);
+                let at = view.at(block, slot, head);
+                &p.kv[at..at + d]
+            },
+            p.dtype,
+            cache_shape.clone(),
+        )
     };
-    let (keys, values) = (gather(p.k), gather(p.v));
     let batch = p.seqused_k.len();
     let tensors = vec![
-        (
-            "q",
-            float_tensor(p.q.iter().copied(), p.dtype, p.q.shape().to_vec()),
-        ),
-        (
-            "key_cache",
-            float_tensor(keys.into_iter(), p.dtype, cache_shape.clone()),
-        ),
-        (
-            "value_cache",
-            float_tensor(values.into_iter(), p.dtype, cache_shape),
-        ),
-        (
-            "rel_logits",
-            float_tensor(
-                p.rel_logits.iter().copied(),
-                p.dtype,
-                p.rel_logits.shape().to_vec(),
-            ),
-        ),
+        ("q", floats(&p.q, p.dtype)),
+        ("key_cache", cache(p.k)),
+        ("value_cache", cache(p.v)),
+        ("rel_logits", floats(&p.rel_logits, p.dtype)),
         (
             "block_table",
             i32_tensor(
@@ -93,6 +78,23 @@ pub fn write_case(
         metadata.insert("seed".into(), seed.to_string());
     }
     write_file(path, tensors, metadata)
+}
+
+/// `a` stored as `dtype`, rows of its last extent encoded as they are written (copied first
+/// only when `a` is not in standard layout).
+fn floats(a: &Array3<f32>, dtype: crate::dtype::DType) -> Owned<'_> {
+    match a.as_slice() {
+        Some(all) => {
+            let width = a.shape()[2].max(1);
+            Owned::float_rows(
+                all.len() / width,
+                move |i| &all[i * width..(i + 1) * width],
+                dtype,
+                a.shape().to_vec(),
+            )
+        }
+        None => float_tensor(a.iter().copied(), dtype, a.shape().to_vec()),
+    }
 }
 
 /// Read and validate a case file, under the case-byte limit in force

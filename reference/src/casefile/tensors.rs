@@ -4,32 +4,120 @@ use super::{CaseFileError, FORMAT_VERSION};
 use crate::dtype::DType;
 use crate::limits::check_bytes;
 use half::{bf16, f16};
+use rayon::prelude::*;
 use relattn_common::files::write_atomic;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// An owned tensor to serialize.
-pub(super) struct Owned {
+/// A tensor to serialize: its bytes, or rows of floats encoded only as the file is written
+/// (the KV caches of a large case: never a second copy of them in memory).
+pub(super) struct Owned<'a> {
     dtype: Dtype,
     shape: Vec<usize>,
-    data: Vec<u8>,
+    data: Data<'a>,
 }
 
-impl View for Owned {
+enum Data<'a> {
+    Bytes(Vec<u8>),
+    /// `rows` rows of `row(i)`'s floats, encoded as `dtype`; `len` bytes in all.
+    Rows {
+        rows: usize,
+        row: Box<dyn Fn(usize) -> &'a [f32] + Sync + 'a>,
+        dtype: DType,
+        len: usize,
+    },
+}
+
+impl<'a> Owned<'a> {
+    /// A float tensor of `rows` rows, row `i` being `row(i)` (each of `shape`'s last extent),
+    /// stored as `dtype` and encoded while it is written.
+    pub(super) fn float_rows(
+        rows: usize,
+        row: impl Fn(usize) -> &'a [f32] + Sync + 'a,
+        dtype: DType,
+        shape: Vec<usize>,
+    ) -> Owned<'a> {
+        let len = shape.iter().product::<usize>() * dtype.size_bytes();
+        Owned {
+            dtype: storage_dtype(dtype),
+            shape,
+            data: Data::Rows {
+                rows,
+                row: Box::new(row),
+                dtype,
+                len,
+            },
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.data {
+            Data::Bytes(b) => b.len(),
+            Data::Rows { len, .. } => *len,
+        }
+    }
+
+    /// Write the tensor's bytes, encoding rows in parallel a few megabytes at a time.
+    fn write_to(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        let (rows, row, dtype) = match &self.data {
+            Data::Bytes(b) => return w.write_all(b),
+            Data::Rows {
+                rows, row, dtype, ..
+            } => (*rows, row, *dtype),
+        };
+        let row_bytes = self.len().checked_div(rows).unwrap_or(0);
+        let per_chunk = (CHUNK_BYTES / row_bytes.max(1)).max(1);
+        let starts: Vec<usize> = (0..rows).step_by(per_chunk).collect();
+        for batch in starts.chunks(rayon::current_num_threads().max(1) * 2) {
+            let encoded: Vec<Vec<u8>> = batch
+                .par_iter()
+                .map(|&start| {
+                    let mut out = Vec::with_capacity(per_chunk * row_bytes);
+                    for i in start..(start + per_chunk).min(rows) {
+                        encode(row(i).iter().copied(), dtype, &mut out);
+                    }
+                    out
+                })
+                .collect();
+            for chunk in encoded {
+                w.write_all(&chunk)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of rows encoded at once by one thread.
+const CHUNK_BYTES: usize = 4 << 20;
+
+fn encode(values: impl Iterator<Item = f32>, dtype: DType, out: &mut Vec<u8>) {
+    match dtype {
+        DType::Bf16 => values.for_each(|x| out.extend(bf16::from_f32(x).to_le_bytes())),
+        DType::F16 => values.for_each(|x| out.extend(f16::from_f32(x).to_le_bytes())),
+        DType::F32 => values.for_each(|x| out.extend(x.to_le_bytes())),
+    }
+}
+
+/// A tensor as the header sees it: its dtype, shape and length, no data (the data follow the
+/// header, written by `Owned::write_to`).
+struct HeaderOnly<'t, 'a>(&'t Owned<'a>);
+
+impl View for HeaderOnly<'_, '_> {
     fn dtype(&self) -> Dtype {
-        self.dtype
+        self.0.dtype
     }
     fn shape(&self) -> &[usize] {
-        &self.shape
+        &self.0.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
+        Cow::Borrowed(&[])
     }
     fn data_len(&self) -> usize {
-        self.data.len()
+        self.0.len()
     }
 }
 
@@ -51,55 +139,77 @@ fn case_dtype(dtype: Dtype) -> Option<DType> {
 }
 
 /// Values (exactly representable in `dtype`) stored as `dtype`.
-pub(super) fn float_tensor(
+pub(super) fn float_tensor<'a>(
     values: impl Iterator<Item = f32>,
     dtype: DType,
     shape: Vec<usize>,
-) -> Owned {
+) -> Owned<'a> {
     let mut data = Vec::with_capacity(shape.iter().product::<usize>() * dtype.size_bytes());
-    match dtype {
-        DType::Bf16 => values.for_each(|x| data.extend(bf16::from_f32(x).to_le_bytes())),
-        DType::F16 => values.for_each(|x| data.extend(f16::from_f32(x).to_le_bytes())),
-        DType::F32 => values.for_each(|x| data.extend(x.to_le_bytes())),
-    }
+    encode(values, dtype, &mut data);
     Owned {
         dtype: storage_dtype(dtype),
         shape,
-        data,
+        data: Data::Bytes(data),
     }
 }
 
-pub(super) fn f64_tensor(values: impl Iterator<Item = f64>, shape: Vec<usize>) -> Owned {
+pub(super) fn f64_tensor<'a>(values: impl Iterator<Item = f64>, shape: Vec<usize>) -> Owned<'a> {
     let data = values.flat_map(f64::to_le_bytes).collect();
     Owned {
         dtype: Dtype::F64,
         shape,
-        data,
+        data: Data::Bytes(data),
     }
 }
 
-pub(super) fn i32_tensor(values: impl Iterator<Item = i32>, shape: Vec<usize>) -> Owned {
+pub(super) fn i32_tensor<'a>(values: impl Iterator<Item = i32>, shape: Vec<usize>) -> Owned<'a> {
     let data = values.flat_map(i32::to_le_bytes).collect();
     Owned {
         dtype: Dtype::I32,
         shape,
-        data,
+        data: Data::Bytes(data),
     }
 }
 
-/// Write tensors and string metadata to `path`, atomically (`files::write_atomic`).
+/// Write tensors and string metadata to `path`, atomically (`files::write_atomic`): the header
+/// safetensors makes for them, then each tensor's bytes in the order of its offsets, encoded as
+/// they are written.
 pub(super) fn write_file(
     path: &Path,
-    tensors: Vec<(&'static str, Owned)>,
+    tensors: Vec<(&'static str, Owned<'_>)>,
     metadata: HashMap<String, String>,
 ) -> Result<(), CaseFileError> {
-    let bytes = safetensors::serialize(tensors, Some(metadata)).map_err(|error| {
-        CaseFileError::Serialize {
-            path: path.to_path_buf(),
-            error,
+    let serialize = |error| CaseFileError::Serialize {
+        path: path.to_path_buf(),
+        error,
+    };
+    let header = safetensors::serialize(
+        tensors.iter().map(|(name, t)| (*name, HeaderOnly(t))),
+        Some(metadata),
+    )
+    .map_err(serialize)?;
+    // Where the header puts each tensor's data (its JSON after the 8-byte length).
+    let json: serde_json::Value = header
+        .get(8..)
+        .and_then(|h| serde_json::from_slice(h).ok())
+        .unwrap_or_default();
+    let mut order: Vec<(u64, &Owned<'_>)> = tensors
+        .iter()
+        .map(|(name, t)| {
+            let at = json[*name]["data_offsets"][0].as_u64().unwrap_or(0);
+            (at, t)
+        })
+        .collect();
+    order.sort_by_key(|(at, _)| *at);
+    write_atomic(path, |w| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
+        w.write_all(&header)?;
+        for (_, t) in order {
+            t.write_to(&mut w)?;
         }
-    })?;
-    write_atomic(path, |w| w.write_all(&bytes)).map_err(|error| CaseFileError::Io {
+        w.flush()
+    })
+    .map_err(|error| CaseFileError::Io {
         path: path.to_path_buf(),
         action: "cannot write",
         error,
@@ -372,4 +482,32 @@ fn check_offsets(path: &Path, bytes: &[u8]) -> Result<(), CaseFileError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows encoded as they are written give the bytes of the same values encoded at once,
+    /// over several chunks and batches of chunks.
+    #[test]
+    fn rows_written_in_chunks_are_the_values_encoded_at_once() {
+        let width = 24;
+        let rows = 3 * CHUNK_BYTES / (width * 2) + 7;
+        let values: Vec<f32> = (0..rows * width).map(|i| (i % 977) as f32 * 0.25).collect();
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            let at_once = float_tensor(values.iter().copied(), dtype, vec![rows, width]);
+            let streamed = Owned::float_rows(
+                rows,
+                |i| &values[i * width..(i + 1) * width],
+                dtype,
+                vec![rows, width],
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            at_once.write_to(&mut a).unwrap();
+            streamed.write_to(&mut b).unwrap();
+            assert_eq!(streamed.len(), a.len());
+            assert!(a == b, "{dtype:?}");
+        }
+    }
 }
