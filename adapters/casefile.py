@@ -63,8 +63,10 @@ def round_to_dtype(values, dtype):
 
 def read_safetensors(path):
     """Parse a safetensors file: returns ({name: (dtype, shape, raw bytes)}, metadata dict)."""
+    # A writable buffer: torch can build tensors on its bytes without a copy or a warning.
     with open(path, "rb") as f:
-        blob = f.read()
+        blob = bytearray(os.fstat(f.fileno()).st_size)
+        del blob[f.readinto(blob):]   # a file that shrank while read: its bytes, in place
     if len(blob) < 8:
         raise ValueError(f"{path}: not a safetensors file: {len(blob)} bytes, shorter than its header length")
     (header_len,) = struct.unpack("<Q", blob[:8])
@@ -152,25 +154,62 @@ def _encode_floats(values, dtype):
 # Case
 # ---------------------------------------------------------------------------------------------
 
+class Stored:
+    """A float tensor as a case file stores it (BF16, F16 or F32): its dtype, shape and raw
+    little-endian bytes, converted to float32 only when asked (`floats`)."""
+
+    __slots__ = ("dtype", "shape", "raw")
+
+    def __init__(self, dtype, shape, raw):
+        self.dtype, self.shape, self.raw = dtype, tuple(shape), raw
+
+    def floats(self):
+        return tensor_floats("case", "tensor", (self.dtype, list(self.shape), self.raw))
+
+
+FLOAT_TENSORS = ("q", "key_cache", "value_cache", "rel_logits")
+
+
+def _float_tensor(name):
+    """A property: the float tensor `name` as float32, converted from its stored bytes on first
+    use (then kept: changes made to the array are what later readers see)."""
+    def get(self):
+        array = self._floats.get(name)
+        if array is None:
+            array = self._floats[name] = self._stored.pop(name).floats()
+        return array
+    return property(get)
+
+
 class Case:
     """One operator input (PROTOCOL.md, case files format v1).
 
     The float tensors are float32 arrays holding the stored values exactly (`dtype` says what
     was stored); the integer ones are int32. The caches are `[num_blocks, page_size, Hkv, D]`.
+    A float tensor may be given as `Stored` (read_case does): it is converted when first read,
+    and until then `stored(name)` gives its bytes (torch workers build device tensors on them,
+    without a float32 copy).
     """
+
+    q = _float_tensor("q")
+    key_cache = _float_tensor("key_cache")
+    value_cache = _float_tensor("value_cache")
+    rel_logits = _float_tensor("rel_logits")
 
     def __init__(self, q, key_cache, value_cache, rel_logits, block_table, seqused_k,
                  cu_seqlens_q, softmax_scale, rel_extent=None, window_left=-1, dtype="BF16",
                  cache_layout="contiguous", case_id=None, seed=None, row_layout="padded"):
-        self.q = np.asarray(q, dtype=np.float32)
-        self.key_cache = np.asarray(key_cache, dtype=np.float32)
-        self.value_cache = np.asarray(value_cache, dtype=np.float32)
-        self.rel_logits = np.asarray(rel_logits, dtype=np.float32)
+        self._floats, self._stored = {}, {}
+        for name, value in zip(FLOAT_TENSORS, (q, key_cache, value_cache, rel_logits)):
+            if isinstance(value, Stored):
+                self._stored[name] = value
+            else:
+                self._floats[name] = np.asarray(value, dtype=np.float32)
         self.block_table = np.asarray(block_table, dtype=np.int32)
         self.seqused_k = np.asarray(seqused_k, dtype=np.int32)
         self.cu_seqlens_q = np.asarray(cu_seqlens_q, dtype=np.int32)
         self.softmax_scale = float(softmax_scale)
-        self.rel_extent = int(self.rel_logits.shape[2] if rel_extent is None else rel_extent)
+        self.rel_extent = int(self.shape_of("rel_logits")[2] if rel_extent is None else rel_extent)
         self.window_left = int(window_left)
         self.dtype = dtype
         self.cache_layout = cache_layout
@@ -179,15 +218,25 @@ class Case:
         self.case_id = case_id
         self.seed = seed
 
+    def shape_of(self, name):
+        """The shape of float tensor `name`, without converting it."""
+        stored = self._stored.get(name)
+        return stored.shape if stored is not None else self._floats[name].shape
+
+    def stored(self, name):
+        """Float tensor `name` as the file stored it (a `Stored`), while no float32 copy of it
+        was made; else None."""
+        return self._stored.get(name)
+
     # Sizes -----------------------------------------------------------------------------------
-    T = property(lambda self: self.q.shape[0])
-    H = property(lambda self: self.q.shape[1])
-    D = property(lambda self: self.q.shape[2])
+    T = property(lambda self: self.shape_of("q")[0])
+    H = property(lambda self: self.shape_of("q")[1])
+    D = property(lambda self: self.shape_of("q")[2])
     E = property(lambda self: self.rel_extent)
-    Hkv = property(lambda self: self.key_cache.shape[2])
+    Hkv = property(lambda self: self.shape_of("key_cache")[2])
     B = property(lambda self: self.seqused_k.shape[0])
-    num_blocks = property(lambda self: self.key_cache.shape[0])
-    page_size = property(lambda self: self.key_cache.shape[1])
+    num_blocks = property(lambda self: self.shape_of("key_cache")[0])
+    page_size = property(lambda self: self.shape_of("key_cache")[1])
     real_rows = property(lambda self: int(self.cu_seqlens_q[self.B]))
     is_local = property(lambda self: self.window_left >= 0)
 
@@ -212,25 +261,26 @@ class Case:
             raise ValueError(f"{where}: cache_layout {self.cache_layout!r} is not one of {CACHE_LAYOUTS}")
         if self.row_layout not in ROW_LAYOUTS:
             raise ValueError(f"{where}: row_layout {self.row_layout!r} is not one of {ROW_LAYOUTS}")
-        shapes = {"q": (self.q, 3, "[T, H, D]"), "key_cache": (self.key_cache, 4, "[num_blocks, page_size, Hkv, D]"),
-                  "value_cache": (self.value_cache, 4, "[num_blocks, page_size, Hkv, D]"),
-                  "rel_logits": (self.rel_logits, 3, "[T, H, E]"), "block_table": (self.block_table, 2, "[B, max_pages]"),
-                  "seqused_k": (self.seqused_k, 1, "[B]"), "cu_seqlens_q": (self.cu_seqlens_q, 1, "[B + 1]")}
-        for name, (array, rank, dims) in shapes.items():
-            if array.ndim != rank:
-                raise ValueError(f"{where}: `{name}` has shape {list(array.shape)}, expected rank {rank} {dims}")
-        T, H, D = self.q.shape
-        nb, page, hkv, kd = self.key_cache.shape
-        if self.value_cache.shape != self.key_cache.shape:
-            raise ValueError(f"{where}: `value_cache` has shape {list(self.value_cache.shape)}, expected that of `key_cache` {list(self.key_cache.shape)}")
+        shape = self.shape_of
+        shapes = {"q": (shape("q"), 3, "[T, H, D]"), "key_cache": (shape("key_cache"), 4, "[num_blocks, page_size, Hkv, D]"),
+                  "value_cache": (shape("value_cache"), 4, "[num_blocks, page_size, Hkv, D]"),
+                  "rel_logits": (shape("rel_logits"), 3, "[T, H, E]"), "block_table": (self.block_table.shape, 2, "[B, max_pages]"),
+                  "seqused_k": (self.seqused_k.shape, 1, "[B]"), "cu_seqlens_q": (self.cu_seqlens_q.shape, 1, "[B + 1]")}
+        for name, (dims_of, rank, dims) in shapes.items():
+            if len(dims_of) != rank:
+                raise ValueError(f"{where}: `{name}` has shape {list(dims_of)}, expected rank {rank} {dims}")
+        T, H, D = shape("q")
+        nb, page, hkv, kd = shape("key_cache")
+        if tuple(shape("value_cache")) != tuple(shape("key_cache")):
+            raise ValueError(f"{where}: `value_cache` has shape {list(shape('value_cache'))}, expected that of `key_cache` {list(shape('key_cache'))}")
         if kd != D:
             raise ValueError(f"{where}: cache head dim {kd} differs from q's {D}")
         if hkv < 1 or H % hkv:
             raise ValueError(f"{where}: {H} query heads are not a multiple of {hkv} KV heads")
         if page < 1 or nb < 1:
             raise ValueError(f"{where}: the cache needs at least one block of at least one slot")
-        if self.rel_logits.shape != (T, H, self.rel_extent):
-            raise ValueError(f"{where}: `rel_logits` has shape {list(self.rel_logits.shape)}, expected [T, H, E] = {[T, H, self.rel_extent]}")
+        if tuple(shape("rel_logits")) != (T, H, self.rel_extent):
+            raise ValueError(f"{where}: `rel_logits` has shape {list(shape('rel_logits'))}, expected [T, H, E] = {[T, H, self.rel_extent]}")
         if self.rel_extent < 1:
             raise ValueError(f"{where}: rel_extent must be at least 1")
         if self.window_left < -1:
@@ -317,10 +367,8 @@ def read_case(path):
         if kind != "I32":
             raise ValueError(f"{path}: tensor `{name}` has dtype {kind}, expected I32")
         ints[name] = np.frombuffer(raw, dtype="<i4").astype(np.int32).reshape(shape)
-    case = Case(q=tensor_floats(path, "q", tensors["q"]),
-                key_cache=tensor_floats(path, "key_cache", tensors["key_cache"]),
-                value_cache=tensor_floats(path, "value_cache", tensors["value_cache"]),
-                rel_logits=tensor_floats(path, "rel_logits", tensors["rel_logits"]),
+    floats = {name: Stored(*tensors[name]) for name in FLOAT_TENSORS}
+    case = Case(**floats,
                 softmax_scale=scale, rel_extent=extent, window_left=window, dtype=dtype,
                 cache_layout=layout, case_id=meta.get("case_id"), seed=seed,
                 row_layout=row_layout, **ints)

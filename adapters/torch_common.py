@@ -8,6 +8,9 @@
 - `serving_block_table(case)`: the block table as vLLM fills it (entries past a request's pages 0).
 - `kv_views(buf, layout, D)`: K and V as strided views of one packed buffer, numpy or torch: the
   one place the serving layouts are written down (the vllm worker uses them too).
+- `case_tensor(...)`: a float tensor of the case on a device, from the bytes the case file
+  stored when the case still has them (no float32 copy on the host: a 1M-key case's caches are
+  gigabytes).
 - `row_inputs(...)`, `row_out(...)`: q, rel_logits and out as the case's `row_layout` hands
   them to an op (padded: views of `[T]` buffers, as vLLM's Inkling layer passes them; strided: q
   a view of a fused q | k | v buffer, out a row slice of a longer buffer; exact: each its own
@@ -19,6 +22,8 @@
 
 torch is imported lazily (`load_torch`), so this module imports with numpy alone.
 """
+
+import sys
 
 import numpy as np
 
@@ -112,6 +117,25 @@ def device_floats(torch, array, device, dtype):
     return host.to(device=device, dtype=dtype)
 
 
+_STORED_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def case_tensor(torch, case, name, device, dtype, rows=None):
+    """Float tensor `name` of `case` (its first `rows` rows when given) on `device` in `dtype`,
+    in an allocation of its own: built on the bytes the case file stored while the case still
+    holds them (`Case.stored`), else from the float32 array. The values are the same either
+    way (stored values are exact in the case dtype)."""
+    stored = case.stored(name)
+    if stored is not None and len(stored.raw) and sys.byteorder == "little":
+        host = torch.frombuffer(stored.raw, dtype=getattr(torch, _STORED_TORCH[stored.dtype]))
+        host = host.reshape(stored.shape)
+        if rows is not None:
+            host = host[:rows]
+        return host.to(device=device, dtype=dtype, copy=True)
+    array = getattr(case, name)
+    return device_floats(torch, array if rows is None else array[:rows], device, dtype)
+
+
 def fused_rows(torch, q, fused_width):
     """q [T, H, D] copied into the first H*D columns of a NaN-filled [T, fused_width] buffer (a
     fused projection's rows): returns that view, of q's shape, with row stride fused_width."""
@@ -135,12 +159,12 @@ def row_inputs(torch, case, device, dtype):
     """
     rows = case.real_rows
     if case.row_layout == "exact":
-        return (device_floats(torch, case.q[:rows], device, dtype),
-                device_floats(torch, case.rel_logits[:rows], device, dtype))
-    q = device_floats(torch, case.q, device, dtype)
+        return (case_tensor(torch, case, "q", device, dtype, rows),
+                case_tensor(torch, case, "rel_logits", device, dtype, rows))
+    q = case_tensor(torch, case, "q", device, dtype)
     if case.row_layout == "strided":
         q = fused_rows(torch, q, (case.H + 2 * case.Hkv) * case.D)
-    return q[:rows], device_floats(torch, case.rel_logits, device, dtype)[:rows]
+    return q[:rows], case_tensor(torch, case, "rel_logits", device, dtype)[:rows]
 
 
 def row_out(torch, case, device, dtype):
@@ -177,8 +201,8 @@ class DeviceCase:
     def __init__(self, torch, case, device, layout=VLLM_LAYOUT):
         dtype = torch_dtype(torch, case.dtype)
 
-        def floats(array):
-            return device_floats(torch, array, device, dtype)
+        def floats(name):
+            return case_tensor(torch, case, name, device, dtype)
 
         def ints(array):
             return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int32)).to(device)
@@ -188,7 +212,7 @@ class DeviceCase:
         self.device = torch.device(device)
         self.q, self.rel_logits = row_inputs(torch, case, device, dtype)
         self.cache_buffer, self.key_cache, self.value_cache = paged_cache(
-            torch, floats(case.key_cache), floats(case.value_cache), layout)
+            torch, floats("key_cache"), floats("value_cache"), layout)
         self.block_table = ints(serving_block_table(case))
         self.seqused_k = ints(case.seqused_k)
         self.cu_seqlens_q = ints(case.cu_seqlens_q)

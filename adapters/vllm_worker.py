@@ -120,18 +120,6 @@ def route_answer(module, cc, shape):
             "reason": None, "num_splits": num_splits}
 
 
-def hnd_kv_buffer(key_cache, value_cache):
-    """numpy: one buffer of vLLM's layout for this layer (`torch_common.VLLM_LAYOUT`, HND
-    [num_blocks, Hkv, page, 2D], rows K(D) | V(D)) from the case's caches [num_blocks, page,
-    Hkv, D]."""
-    buf = np.empty(torch_common.packed_shape(torch_common.VLLM_LAYOUT, key_cache.shape),
-                   dtype=key_cache.dtype)
-    key, value = torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, key_cache.shape[-1])
-    key[...] = key_cache
-    value[...] = value_cache
-    return buf
-
-
 def kernel_arguments(case, bucket=bucket_max_seqlen_q):
     """The scalar arguments InklingAttention._attention passes to the op for this case, plus the
     split policy's arguments and the number of real rows (cu_seqlens_q[B])."""
@@ -162,8 +150,9 @@ def torch_inputs(torch, case, device):
     value_cache (views of it), block_table, seqused_k, cu_seqlens_q."""
     dtype = getattr(torch, TORCH_DTYPES[case.dtype])
     as_int = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(device)
-    buf = torch_common.device_floats(torch, hnd_kv_buffer(case.key_cache, case.value_cache),
-                                     device, dtype)
+    buf, key_cache, value_cache = torch_common.paged_cache(
+        torch, torch_common.case_tensor(torch, case, "key_cache", device, dtype),
+        torch_common.case_tensor(torch, case, "value_cache", device, dtype), torch_common.VLLM_LAYOUT)
     # As vLLM's _split_kv_cache hands them to the op.
     key_cache, value_cache = (canonicalize_singleton_dim_strides(x)
                               for x in torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, case.D))

@@ -58,6 +58,25 @@ class RoundTrip(TempDir):
             write_case(self.path("c.safetensors"), case)
             self.assertEqual(read_case(self.path("c.safetensors")).row_layout, layout)
 
+    def test_floats_are_converted_only_when_read(self):
+        case = random_case(seed=5, heads=4, kv_heads=2, head_dim=8, page=4)
+        write_case(self.path("c.safetensors"), case)
+        back = read_case(self.path("c.safetensors"))
+        # Sizes and validation come from the stored shapes; the bytes stay until a read.
+        self.assertEqual((back.T, back.H, back.D, back.Hkv, back.page_size, back.E),
+                         (case.T, case.H, case.D, case.Hkv, case.page_size, case.E))
+        for name in ("q", "key_cache", "value_cache", "rel_logits"):
+            stored = back.stored(name)
+            self.assertEqual(stored.dtype, "BF16")
+            self.assertEqual(stored.shape, getattr(case, name).shape)
+            self.assertTrue(same_with_nan(stored.floats(), getattr(case, name)))
+        self.assertTrue(same_with_nan(back.key_cache, case.key_cache))
+        # Once read, the array is the tensor: a change to it is what later readers see.
+        self.assertIsNone(back.stored("key_cache"))
+        back.key_cache[0] = 7.0
+        self.assertTrue((back.key_cache[0] == 7.0).all())
+        self.assertIsNotNone(back.stored("value_cache"))
+
     def test_properties(self):
         case = random_case(query_lens=(3, 0, 5), kv_lens=(7, 4, 21), pad_rows=3)
         self.assertEqual((case.T, case.H, case.Hkv, case.D, case.E), (11, 4, 2, 16, 8))

@@ -332,6 +332,31 @@ class CacheLayout(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
+class StoredBytes(TempDir):
+    """A case read from its file hands its stored bytes to torch: the device tensors equal
+    those built from the float32 arrays, in every dtype, row layout and cache layout."""
+
+    def test_tensors_from_stored_bytes_equal_those_from_floats(self):
+        for dtype in ("BF16", "F16", "F32"):
+            for rows in ROW_LAYOUTS:
+                with self.subTest(dtype=dtype, rows=rows):
+                    case = random_case(seed=9, dtype=dtype, heads=4, kv_heads=2, head_dim=16, page=4)
+                    case.row_layout = rows
+                    relattn_worker.write_case(self.path("c.safetensors"), case)
+                    back = relattn_worker.read_case(self.path("c.safetensors"))
+                    tdtype = torch_common.torch_dtype(torch, dtype)
+                    from_bytes = torch_common.DeviceCase(torch, back, "cpu")
+                    self.assertIsNotNone(back.stored("key_cache"), "the caches were converted on the host")
+                    from_floats = torch_common.DeviceCase(torch, case, "cpu")
+                    for name in ("q", "rel_logits", "key_cache", "value_cache", "cache_buffer"):
+                        a, b = getattr(from_bytes, name), getattr(from_floats, name)
+                        self.assertEqual((a.dtype, tuple(a.shape), a.stride()),
+                                         (b.dtype, tuple(b.shape), b.stride()), name)
+                        self.assertEqual(a.dtype, tdtype)
+                        self.assertTrue(torch.equal(a.float().nan_to_num(7.0), b.float().nan_to_num(7.0)), name)
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
 class RowLayouts(unittest.TestCase):
     @staticmethod
     def elements(t):

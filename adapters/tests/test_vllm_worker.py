@@ -215,6 +215,18 @@ class WithoutVllm(TempDir):
             w.close()
 
 
+def hnd_buffer(key_cache, value_cache):
+    """numpy: one buffer of vLLM's layout (HND [num_blocks, Hkv, page, 2D], rows K(D) | V(D))
+    from caches [num_blocks, page, Hkv, D], filled through `torch_common.kv_views` as
+    `torch_common.paged_cache` fills the worker's torch buffer."""
+    buf = np.empty(torch_common.packed_shape(torch_common.VLLM_LAYOUT, key_cache.shape),
+                   dtype=key_cache.dtype)
+    key, value = torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, key_cache.shape[-1])
+    key[...] = key_cache
+    value[...] = value_cache
+    return buf
+
+
 class CacheLayout(unittest.TestCase):
     def setUp(self):
         self.case = random_case(seed=31, heads=8, kv_heads=2, head_dim=16, page=4, window_left=5)
@@ -226,7 +238,7 @@ class CacheLayout(unittest.TestCase):
 
     def test_hnd_buffer_numpy(self):
         case = self.case
-        buf = vllm_worker.hnd_kv_buffer(case.key_cache, case.value_cache)
+        buf = hnd_buffer(case.key_cache, case.value_cache)
         nb, page, hkv, d = case.key_cache.shape
         self.assertEqual(buf.shape, (nb, hkv, page, 2 * d))
         # Row (block, head, slot) is K | V of that slot.
@@ -241,7 +253,7 @@ class CacheLayout(unittest.TestCase):
 
     def test_keys_gathered_through_vllms_table(self):
         case = self.case
-        buf = vllm_worker.hnd_kv_buffer(case.key_cache, case.value_cache)
+        buf = hnd_buffer(case.key_cache, case.value_cache)
         key, _ = torch_common.kv_views(buf, "hnd_packed", case.D)
         table = torch_common.serving_block_table(case)
         for b in range(case.B):
