@@ -162,7 +162,13 @@ impl MemoryGate {
 
     /// A gate over the ledger in `dir` with `budget` bytes for all runs together.
     pub fn open(dir: &Path, budget: u64) -> std::io::Result<MemoryGate> {
-        fs::create_dir_all(dir)?;
+        if !dir.is_dir() {
+            fs::create_dir_all(dir)?;
+            // Shared by every user's runs on the machine, as /tmp is (each entry stays its
+            // owner's; the sticky bit keeps others from removing it).
+            use std::os::unix::fs::PermissionsExt;
+            let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o1777));
+        }
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -236,11 +242,16 @@ impl MemoryGate {
     /// Reserves `bytes` when the rules allow, else gives the bytes other runs hold. `ticket`:
     /// this thread's wait, once it waits.
     fn try_reserve(&self, bytes: u64, ticket: Option<u64>) -> Result<(), u64> {
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.dir.join(LOCK))
+        // Read-only is enough for the lock (another user's run may have created the file).
+        let path = self.dir.join(LOCK);
+        let lock = File::open(&path)
+            .or_else(|_| {
+                File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+            })
             .and_then(|f| f.lock().map(|()| f));
         let mut own = self.own();
         let others = match &lock {
