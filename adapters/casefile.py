@@ -65,8 +65,12 @@ def read_safetensors(path):
     """Parse a safetensors file: returns ({name: (dtype, shape, raw bytes)}, metadata dict)."""
     # A writable buffer: torch can build tensors on its bytes without a copy or a warning.
     with open(path, "rb") as f:
-        blob = bytearray(os.fstat(f.fileno()).st_size)
-        del blob[f.readinto(blob):]   # a file that shrank while read: its bytes, in place
+        size = os.fstat(f.fileno()).st_size
+        if size:
+            blob = bytearray(size)
+            del blob[f.readinto(blob):]   # a file that shrank while read: its bytes, in place
+        else:   # a pipe or a file of unknown size
+            blob = bytearray(f.read())
     if len(blob) < 8:
         raise ValueError(f"{path}: not a safetensors file: {len(blob)} bytes, shorter than its header length")
     (header_len,) = struct.unpack("<Q", blob[:8])
@@ -176,7 +180,8 @@ def _float_tensor(name):
     def get(self):
         array = self._floats.get(name)
         if array is None:
-            array = self._floats[name] = self._stored.pop(name).floats()
+            array = self._floats[name] = self._stored[name].floats()
+            del self._stored[name]
         return array
     return property(get)
 

@@ -168,9 +168,12 @@ impl CaseStore {
         cell.get_or_init(|| {
             let memory = self.gate.as_ref().map(|(gate, workers)| {
                 let copies = workers.get(&case.id).copied().unwrap_or(0);
-                gate.reserve(footprint(case.bytes(), copies), &case.id)
+                gate.reserve(footprint(case.bytes(), copies), &case.id, &super::stopping)
             });
             CaseData::cached(case, self.disk.as_ref()).map(|data| {
+                if let Some(m) = &memory {
+                    m.built();
+                }
                 Arc::new(CaseData {
                     _memory: memory,
                     ..data
@@ -191,7 +194,11 @@ impl CaseStore {
             }
         };
         if let Ok(data) = self.build(&cell, case) {
+            // Computing the references uses the case's memory as a trial would.
+            let memory = data._memory.as_ref();
+            memory.inspect(|m| m.use_started());
             let _ = (data.ref64(), data.ref_lp());
+            memory.inspect(|m| m.use_ended());
         }
     }
 

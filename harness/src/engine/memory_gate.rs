@@ -101,6 +101,12 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// The case is built (and, when prepared ahead, its references computed): until a trial
+    /// uses it, it only waits.
+    pub fn built(&self) {
+        self.use_ended();
+    }
+
     /// A trial begins to use the case.
     pub fn use_started(&self) {
         let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,13 +179,18 @@ impl MemoryGate {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let own_path = dir.join(format!("{}-{nanos}{SUFFIX}", std::process::id()));
+        // Created and locked under the ledger's lock: another run never sees it unlocked (and
+        // takes it for an ended run's).
+        let lock = ledger_lock(dir);
         let mut file = File::options()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&own_path)?;
         file.lock()?;
+        set_mode(&file, 0o644);
         write_entry(&mut file, Entry::default())?;
+        drop(lock);
         Ok(MemoryGate {
             dir: dir.to_path_buf(),
             budget,
@@ -199,6 +210,8 @@ impl MemoryGate {
     }
 
     fn update(&self, change: impl FnOnce(&mut Own)) {
+        // Readers read entries under the ledger's lock: so are they written.
+        let _lock = ledger_lock(&self.dir);
         let mut own = self.own();
         change(&mut own);
         own.write();
@@ -206,15 +219,22 @@ impl MemoryGate {
 
     /// Reserve `bytes` for `what` (a case id, for the message), waiting while the runs on this
     /// machine hold too much.
-    pub fn reserve(self: &Arc<Self>, bytes: u64, what: &str) -> Reservation {
+    /// Once `stopping` says so (a signal), it waits no more: the run is ending, and at most the
+    /// trials already started finish.
+    pub fn reserve(
+        self: &Arc<Self>,
+        bytes: u64,
+        what: &str,
+        stopping: &dyn Fn() -> bool,
+    ) -> Reservation {
         let mut ticket = None;
         loop {
-            match self.try_reserve(bytes, ticket) {
+            match self.try_reserve(bytes, ticket, stopping()) {
                 Ok(()) => {
                     return Reservation {
                         gate: self.clone(),
                         bytes,
-                        users: Mutex::new(0),
+                        users: Mutex::new(1),
                     }
                 }
                 Err(others) if ticket.is_none() => {
@@ -241,43 +261,35 @@ impl MemoryGate {
 
     /// Reserves `bytes` when the rules allow, else gives the bytes other runs hold. `ticket`:
     /// this thread's wait, once it waits.
-    fn try_reserve(&self, bytes: u64, ticket: Option<u64>) -> Result<(), u64> {
-        // Read-only is enough for the lock (another user's run may have created the file).
-        let path = self.dir.join(LOCK);
-        let lock = File::open(&path)
-            .or_else(|_| {
-                File::options()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&path)
-            })
-            .and_then(|f| f.lock().map(|()| f));
+    fn try_reserve(&self, bytes: u64, ticket: Option<u64>, stopping: bool) -> Result<(), u64> {
+        let lock = ledger_lock(&self.dir);
         let mut own = self.own();
         let others = match &lock {
-            Ok(_) => self.others(),
-            Err(_) => Vec::new(), // no ledger: no gate
+            Some(_) => self.others(),
+            None => Vec::new(), // no ledger: no gate
         };
-        let others_held = others.iter().fold(0u64, |a, e| a.saturating_add(e.held));
+        let others_held = others
+            .iter()
+            .fold(0u64, |a, (e, _)| a.saturating_add(e.held));
         let fits = others_held.saturating_add(own.held).saturating_add(bytes) <= self.budget;
-        // Nothing would be released: every other run holding memory waits and runs no trial,
-        // and neither does this one; the run that has waited longest goes on.
+        // Nothing would be released: every other run holding memory waits and uses none of
+        // it (no case being built or run), and neither does this one; the run that has waited
+        // longest (then the lowest entry name) goes on, through its longest-waiting thread only.
         let mine = own.entry();
-        let stuck = mine.in_use == 0
-            && mine.waiting_since != 0
-            && others
-                .iter()
-                .filter(|e| e.held > 0)
-                .all(|e| e.in_use == 0 && e.waiting_since != 0)
-            && others
-                .iter()
-                .filter(|e| e.held > 0)
-                .all(|e| e.waiting_since > mine.waiting_since);
-        if others_held == 0 || fits || stuck {
+        let first_here = ticket.is_some() && ticket == own.waits.keys().next().copied();
+        let me = (mine.waiting_since, self.own_path.clone());
+        let stuck = first_here
+            && mine.in_use == 0
+            && others.iter().filter(|(e, _)| e.held > 0).all(|(e, path)| {
+                e.in_use == 0 && e.waiting_since != 0 && (e.waiting_since, path.clone()) > me
+            });
+        if others_held == 0 || fits || stuck || stopping {
             if let Some(t) = ticket {
                 own.waits.remove(&t);
             }
+            // In use from now on: the case is built, then its trials run (`Reservation::built`).
             own.held = own.held.saturating_add(bytes);
+            own.in_use = own.in_use.saturating_add(bytes);
             own.write();
             return Ok(());
         }
@@ -285,7 +297,7 @@ impl MemoryGate {
     }
 
     /// The entries of the other live runs; entries of runs that ended are removed.
-    fn others(&self) -> Vec<Entry> {
+    fn others(&self) -> Vec<(Entry, PathBuf)> {
         let Ok(dir) = fs::read_dir(&self.dir) else {
             return Vec::new();
         };
@@ -305,7 +317,7 @@ impl MemoryGate {
             }
             let mut text = String::new();
             let _ = (&mut file).take(128).read_to_string(&mut text);
-            out.push(parse_entry(&text));
+            out.push((parse_entry(&text), path));
         }
         out
     }
@@ -334,6 +346,44 @@ impl Drop for MemoryGate {
     }
 }
 
+/// The ledger's lock, held while the value lives; None when it cannot be had within a few
+/// seconds (a folder this user cannot use, or a process stopped while holding it): the gate
+/// then lets the reservation through rather than hang the run.
+fn ledger_lock(dir: &Path) -> Option<File> {
+    let path = dir.join(LOCK);
+    // Read-only is enough for the lock (another user's run may have created the file).
+    let file = File::open(&path)
+        .or_else(|_| {
+            let f = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            set_mode(&f, 0o666);
+            Ok::<_, std::io::Error>(f)
+        })
+        .ok()?;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Longest wait for the ledger's lock (held for microseconds by a live run).
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Entries and the lock are shared by every user's runs, whatever the creator's umask.
+fn set_mode(file: &File, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = file.set_permissions(fs::Permissions::from_mode(mode));
+}
+
 /// The entry's one line, of fixed width and written in one call at its start, so a reader sees
 /// the old or the new figures, never a mix.
 fn write_entry(file: &mut File, e: Entry) -> std::io::Result<()> {
@@ -352,6 +402,9 @@ fn parse_entry(text: &str) -> Entry {
 }
 
 fn gib(bytes: u64) -> String {
+    if bytes < 1 << 30 {
+        return format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64);
+    }
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
@@ -372,7 +425,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let g = g.clone();
         let t = std::thread::spawn(move || {
-            let r = g.reserve(bytes, "later");
+            let r = g.reserve(bytes, "later", &|| false);
             tx.send(()).unwrap();
             r
         });
@@ -386,8 +439,8 @@ mod tests {
     fn a_run_alone_is_never_held_back_by_its_own_cases() {
         let dir = tempfile::tempdir().unwrap();
         let a = gate(dir.path(), 100);
-        let first = a.reserve(80, "one");
-        let second = a.reserve(80, "two");
+        let first = a.reserve(80, "one", &|| false);
+        let second = a.reserve(80, "two", &|| false);
         assert_eq!(a.held(), 160);
         drop((first, second));
         assert_eq!(a.held(), 0);
@@ -397,9 +450,9 @@ mod tests {
     fn a_second_run_waits_until_the_first_releases() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (gate(dir.path(), 100), gate(dir.path(), 100));
-        let held = a.reserve(60, "big");
+        let held = a.reserve(60, "big", &|| false);
         held.use_started();
-        let small = b.reserve(40, "fits beside it");
+        let small = b.reserve(40, "fits beside it", &|| false);
         // 60 + 40 + 30 > 100: the third waits while the first is held.
         let (rx, t) = reserve_later(&b, 30);
         assert!(rx.recv_timeout(SHORT).is_err());
@@ -438,8 +491,10 @@ mod tests {
     fn runs_waiting_on_each_other_let_the_first_waiter_go_on() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (gate(dir.path(), 100), gate(dir.path(), 100));
-        let parked_a = a.reserve(60, "a's case");
-        let parked_b = b.reserve(30, "b's case");
+        let parked_a = a.reserve(60, "a's case", &|| false);
+        let parked_b = b.reserve(30, "b's case", &|| false);
+        parked_b.built();
+        parked_a.built();
         parked_a.use_started();
         let (rx_a, t_a) = reserve_later(&a, 40);
         std::thread::sleep(Duration::from_millis(50));
@@ -458,11 +513,55 @@ mod tests {
         drop((t_b.join().unwrap(), parked_b));
     }
 
+    /// A case being built counts as in use: a run building one is not taken for a stuck one.
+    #[test]
+    fn a_case_being_built_holds_the_others_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (gate(dir.path(), 100), gate(dir.path(), 100));
+        let building = b.reserve(30, "b builds it", &|| false);
+        let parked = a.reserve(60, "a's case", &|| false);
+        parked.built();
+        let (rx, t) = reserve_later(&a, 40);
+        assert!(
+            rx.recv_timeout(SHORT).is_err(),
+            "a went on while b was building its case"
+        );
+        building.built();
+        // Now b holds a case it does not use and does not wait: a still waits for it.
+        assert!(rx.recv_timeout(SHORT).is_err());
+        drop(building);
+        rx.recv_timeout(LONG).expect("granted once b released");
+        drop((t.join().unwrap(), parked));
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (gate(dir.path(), 100), gate(dir.path(), 100));
+        let _held = a.reserve(90, "held", &|| false);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let t = {
+            let (b, stop) = (b.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let r = b.reserve(50, "stopped", &|| {
+                    stop.load(std::sync::atomic::Ordering::SeqCst)
+                });
+                tx.send(()).unwrap();
+                r
+            })
+        };
+        assert!(rx.recv_timeout(SHORT).is_err());
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        rx.recv_timeout(LONG).expect("a stop ends the wait");
+        drop(t.join().unwrap());
+    }
+
     #[test]
     fn a_gate_removes_its_entry_when_its_run_ends() {
         let dir = tempfile::tempdir().unwrap();
         let a = gate(dir.path(), 100);
-        let r = a.reserve(10, "x");
+        let r = a.reserve(10, "x", &|| false);
         let entries = || {
             fs::read_dir(dir.path())
                 .unwrap()

@@ -72,7 +72,10 @@ impl<'a> Owned<'a> {
         let row_bytes = self.len().checked_div(rows).unwrap_or(0);
         let per_chunk = (CHUNK_BYTES / row_bytes.max(1)).max(1);
         let starts: Vec<usize> = (0..rows).step_by(per_chunk).collect();
-        for batch in starts.chunks(rayon::current_num_threads().max(1) * 2) {
+        let mut written = 0;
+        // At most BATCH_BYTES encoded before they are written, whatever the core count.
+        let per_batch = (rayon::current_num_threads() * 2).clamp(1, BATCH_BYTES / CHUNK_BYTES);
+        for batch in starts.chunks(per_batch) {
             let encoded: Vec<Vec<u8>> = batch
                 .par_iter()
                 .map(|&start| {
@@ -84,8 +87,15 @@ impl<'a> Owned<'a> {
                 })
                 .collect();
             for chunk in encoded {
+                written += chunk.len();
                 w.write_all(&chunk)?;
             }
+        }
+        if written != self.len() {
+            return Err(std::io::Error::other(format!(
+                "{written} bytes of rows where the header says {}",
+                self.len()
+            )));
         }
         Ok(())
     }
@@ -93,6 +103,8 @@ impl<'a> Owned<'a> {
 
 /// Bytes of rows encoded at once by one thread.
 const CHUNK_BYTES: usize = 4 << 20;
+/// Most bytes encoded and held before they are written.
+const BATCH_BYTES: usize = 64 << 20;
 
 fn encode(values: impl Iterator<Item = f32>, dtype: DType, out: &mut Vec<u8>) {
     match dtype {
@@ -193,13 +205,19 @@ pub(super) fn write_file(
         .get(8..)
         .and_then(|h| serde_json::from_slice(h).ok())
         .unwrap_or_default();
-    let mut order: Vec<(u64, &Owned<'_>)> = tensors
-        .iter()
-        .map(|(name, t)| {
-            let at = json[*name]["data_offsets"][0].as_u64().unwrap_or(0);
-            (at, t)
-        })
-        .collect();
+    let mut order = Vec::with_capacity(tensors.len());
+    for (name, t) in &tensors {
+        let Some(at) = json[*name]["data_offsets"][0].as_u64() else {
+            return Err(CaseFileError::Io {
+                path: path.to_path_buf(),
+                action: "cannot write",
+                error: std::io::Error::other(format!(
+                    "no offset for tensor `{name}` in the header"
+                )),
+            });
+        };
+        order.push((at, t));
+    }
     order.sort_by_key(|(at, _)| *at);
     write_atomic(path, |w| {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
