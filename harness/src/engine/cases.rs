@@ -124,7 +124,7 @@ impl CaseStore {
     ) -> CaseStore {
         self.gate = gate.map(|g| {
             let mut workers: HashMap<String, HashSet<usize>> = HashMap::new();
-            for t in trials {
+            for t in trials.iter().filter(|t| t.ignore.is_none()) {
                 if let (Some(case), Some(w)) = (t.case(), t.worker_index()) {
                     workers.entry(case.id.clone()).or_default().insert(w);
                 }
