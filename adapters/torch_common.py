@@ -117,9 +117,6 @@ def device_floats(torch, array, device, dtype):
     return host.to(device=device, dtype=dtype)
 
 
-_STORED_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-
-
 def case_tensor(torch, case, name, device, dtype, rows=None):
     """Float tensor `name` of `case` (its first `rows` rows when given) on `device` in `dtype`,
     in an allocation of its own: built on the bytes the case file stored while the case still
@@ -127,7 +124,7 @@ def case_tensor(torch, case, name, device, dtype, rows=None):
     way (stored values are exact in the case dtype)."""
     stored = case.stored(name)
     if stored is not None and len(stored.raw) and sys.byteorder == "little":
-        host = torch.frombuffer(stored.raw, dtype=getattr(torch, _STORED_TORCH[stored.dtype]))
+        host = torch.frombuffer(stored.raw, dtype=torch_dtype(torch, stored.dtype))
         host = host.reshape(stored.shape)
         if rows is not None:
             host = host[:rows]

@@ -18,7 +18,7 @@ pub struct CaseData {
     ref64: OnceLock<RefOutput>,
     ref_lp: OnceLock<RefOutput>,
     /// The case's memory in the machine's ledger, held while the case is (`memory_gate`).
-    _memory: Option<Reservation>,
+    memory: Option<Reservation>,
 }
 
 impl CaseData {
@@ -50,7 +50,7 @@ impl CaseData {
             rows,
             ref64: OnceLock::new(),
             ref_lp: OnceLock::new(),
-            _memory: None,
+            memory: None,
         })
     }
 
@@ -157,7 +157,7 @@ impl CaseStore {
                 .clone()
         };
         let data = self.build(&cell, case).clone();
-        if let Ok(Some(memory)) = data.as_ref().map(|d| d._memory.as_ref()) {
+        if let Ok(Some(memory)) = data.as_ref().map(|d| d.memory.as_ref()) {
             memory.use_started();
         }
         data
@@ -174,10 +174,7 @@ impl CaseStore {
                 if let Some(m) = &memory {
                     m.built();
                 }
-                Arc::new(CaseData {
-                    _memory: memory,
-                    ..data
-                })
+                Arc::new(CaseData { memory, ..data })
             })
         })
     }
@@ -195,7 +192,7 @@ impl CaseStore {
         };
         if let Ok(data) = self.build(&cell, case) {
             // Computing the references uses the case's memory as a trial would.
-            let memory = data._memory.as_ref();
+            let memory = data.memory.as_ref();
             memory.inspect(|m| m.use_started());
             let _ = (data.ref64(), data.ref_lp());
             memory.inspect(|m| m.use_ended());
@@ -210,7 +207,7 @@ impl CaseStore {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = map.get_mut(&case.id) {
             if let Some(Ok(data)) = entry.0.get() {
-                if let Some(memory) = &data._memory {
+                if let Some(memory) = &data.memory {
                     memory.use_ended();
                 }
             }

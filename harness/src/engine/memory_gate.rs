@@ -323,7 +323,8 @@ impl MemoryGate {
     }
 
     /// The bytes this run holds now.
-    pub fn held(&self) -> u64 {
+    #[cfg(test)]
+    fn held(&self) -> u64 {
         self.own().held
     }
 }
