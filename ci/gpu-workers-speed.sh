@@ -3,7 +3,10 @@
 # machine: each measured run from an empty relattn cache folder (cold: no NVRTC CUBINs, no
 # CuTe DSL, FA4, Triton or Inductor cache), then again on the cache it left (warm).
 #
-#   ci/gpu-workers-speed.sh [MEASURE ...]     (no MEASURE: every one, in this order)
+#   ci/gpu-workers-speed.sh [MEASURE[:warm] ...]     (no MEASURE: every one, in this order)
+#
+# MEASURE:warm runs only the warm half of a cold-and-warm measure, on the cache an earlier cold
+# run of it left under $CACHE_ROOT (a time-limited machine can split the two across calls).
 #
 #   native        run --matrix ci                                  (the main job)
 #   vllm-reg      run --matrix regressions --paths none --impl vllm
@@ -22,7 +25,8 @@
 # unpacked vLLM wheel with its kernels (adapters/tools/fetch_vllm.sh DEST --kernels); torch and
 # Triton; the CuTe DSL packages on PYTHONPATH (adapters/tools/unpack_wheels.sh) for vllm.
 # $WORKER_PROCESSES (default: relattn's own default) sets --worker-processes of the measured
-# runs; $CACHE_ROOT (default $OUT/cache) holds the cache folders.
+# runs; $XFAIL (a known-bug file, e.g. adapters/known/vllm-0.34.0.toml) is given as --xfail to
+# the runs through the workers; $CACHE_ROOT (default $OUT/cache) holds the cache folders.
 #
 # Writes under ${OUT:-gpu-workers-speed-out}: logs/NAME-{cold,warm}.log, speed.tsv (measure,
 # cache, trials, wall s, trials/s, kernels compiled, compile s, counts) and speed.md (the same
@@ -39,6 +43,8 @@ tsv="$out/speed.tsv"
 [[ -f $tsv ]] || printf 'measure\tcache\ttrials\twall_s\ttrials_per_s\tkernels\tcompile_s\tcounts\n' >"$tsv"
 pool=()
 [[ -n "${WORKER_PROCESSES:-}" ]] && pool=(--worker-processes "$WORKER_PROCESSES")
+xfail=()
+[[ -n "${XFAIL:-}" ]] && xfail=(--xfail "$XFAIL")
 status=0
 
 # measured NAME CACHE ARGS...: one run with RELATTN_CACHE_DIR=$cache_root/NAME, its figures in
@@ -69,8 +75,10 @@ PY
 cold_and_warm() {
     local name=$1
     shift
-    rm -rf "${cache_root:?}/$name"
-    measured "$name" cold "$@"
+    if [[ -z ${WARM_ONLY:-} ]]; then
+        rm -rf "${cache_root:?}/$name"
+        measured "$name" cold "$@"
+    fi
     measured "$name" warm "$@"
 }
 
@@ -98,15 +106,15 @@ PY
 run_measure() {
     case $1 in
         native) cold_and_warm native run --matrix ci --require-gpu ;;
-        vllm-reg) cold_and_warm vllm-reg run --matrix regressions --paths none --impl vllm --require-gpu ;;
+        vllm-reg) cold_and_warm vllm-reg run --matrix regressions --paths none --impl vllm --require-gpu "${xfail[@]}" ;;
         vllm-reg-one)
             CACHE_NAME=vllm-reg measured vllm-reg-one warm run --matrix regressions --paths none \
-                --impl vllm --require-gpu --worker-processes 1 ;;
-        triton-ci) cold_and_warm triton-ci run --matrix ci --paths none --impl triton --require-gpu ;;
-        vllm-ci) cold_and_warm vllm-ci run --matrix ci --paths none --impl vllm --require-gpu ;;
-        both-ci) cold_and_warm both-ci run --matrix ci --paths none --impl vllm,triton --require-gpu ;;
+                --impl vllm --require-gpu "${xfail[@]}" --worker-processes 1 ;;
+        triton-ci) cold_and_warm triton-ci run --matrix ci --paths none --impl triton --require-gpu "${xfail[@]}" ;;
+        vllm-ci) cold_and_warm vllm-ci run --matrix ci --paths none --impl vllm --require-gpu "${xfail[@]}" ;;
+        both-ci) cold_and_warm both-ci run --matrix ci --paths none --impl vllm,triton --require-gpu "${xfail[@]}" ;;
         same-verdicts)
-            local args=(run --matrix regressions --paths none --impl vllm,triton --require-gpu)
+            local args=(run --matrix regressions --paths none --impl vllm,triton --require-gpu "${xfail[@]}")
             RELATTN_CACHE_DIR="$cache_root/both-ci" "$bin" "${args[@]}" --worker-processes 1 \
                 --out "$out/reports/one" >"$out/logs/same-one.log" 2>&1
             RELATTN_CACHE_DIR="$cache_root/both-ci" "$bin" "${args[@]}" \
@@ -117,7 +125,7 @@ run_measure() {
             local i pids=() ok=0
             for i in 1 2 3 4 5 6 7 8; do
                 RELATTN_CACHE_DIR="$cache_root/both-ci" "$bin" run --matrix regressions \
-                    --paths none --impl "${SIDE_IMPLS:-vllm,triton}" --processes 8 --require-gpu \
+                    --paths none --impl "${SIDE_IMPLS:-vllm,triton}" --processes 8 --require-gpu "${xfail[@]}" \
                     --out "$out/reports/side-$i" >"$out/logs/side-$i.log" 2>&1 &
                 pids+=($!)
             done
@@ -135,7 +143,11 @@ run_measure() {
 measures=("$@")
 [[ ${#measures[@]} -gt 0 ]] || measures=(native vllm-reg triton-ci vllm-ci both-ci same-verdicts side-by-side)
 for m in "${measures[@]}"; do
-    run_measure "$m"
+    if [[ $m == *:warm ]]; then
+        WARM_ONLY=1 run_measure "${m%:warm}"
+    else
+        run_measure "$m"
+    fi
 done
 python3 - "$tsv" >"$out/speed.md" <<'PY'
 import csv, sys
