@@ -76,11 +76,48 @@ impl CaseData {
 /// A case's data, built by the first trial that needs it.
 type CaseCell = Arc<OnceLock<Result<Arc<CaseData>, String>>>;
 
+/// Per case: its cell and how many trials still need it.
+type CaseMap = Mutex<HashMap<String, (CaseCell, usize)>>;
+
+/// One trial's use of a case, from `CaseStore::get`. While it lives the case's memory counts as
+/// in use; dropping it ends the use, and the last trial's drops the case (unless the store keeps
+/// every case).
+pub struct CaseUse {
+    data: Result<Arc<CaseData>, String>,
+    map: Arc<CaseMap>,
+    keep: bool,
+    id: String,
+}
+
+impl CaseUse {
+    /// The case, or why it could not be built.
+    pub fn data(&self) -> Result<&Arc<CaseData>, &str> {
+        self.data.as_ref().map_err(String::as_str)
+    }
+}
+
+impl Drop for CaseUse {
+    fn drop(&mut self) {
+        if let Some(memory) = self.data.as_ref().ok().and_then(|d| d.memory.as_ref()) {
+            memory.use_ended();
+        }
+        if self.keep {
+            return;
+        }
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get_mut(&self.id) {
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                map.remove(&self.id);
+            }
+        }
+    }
+}
+
 /// Cases by id, each built once and dropped when its last trial has run.
 #[derive(Default)]
 pub struct CaseStore {
-    /// Per case: its cell and how many trials still need it.
-    inner: Mutex<HashMap<String, (CaseCell, usize)>>,
+    inner: Arc<CaseMap>,
     /// Never drop a case (for runs that revisit cases, like `relattn mutants`).
     keep: bool,
     /// Cases kept on disk between processes (the `cargo test` harness under nextest).
@@ -102,7 +139,7 @@ impl CaseStore {
             }
         }
         CaseStore {
-            inner: Mutex::new(map),
+            inner: Arc::new(Mutex::new(map)),
             keep: false,
             disk: None,
             gate: None,
@@ -140,15 +177,15 @@ impl CaseStore {
     /// A store that keeps every case it builds.
     pub fn keep_all() -> CaseStore {
         CaseStore {
-            inner: Mutex::new(HashMap::new()),
+            inner: Arc::default(),
             keep: true,
             disk: None,
             gate: None,
         }
     }
 
-    /// The case's data; the caller must call `release` once done with it.
-    pub fn get(&self, case: &Case) -> Result<Arc<CaseData>, String> {
+    /// The case's data (built on first use), held until the returned use is dropped.
+    pub fn get(&self, case: &Case) -> CaseUse {
         let cell = {
             let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             map.entry(case.id.clone())
@@ -160,7 +197,12 @@ impl CaseStore {
         if let Ok(Some(memory)) = data.as_ref().map(|d| d.memory.as_ref()) {
             memory.use_started();
         }
-        data
+        CaseUse {
+            data,
+            map: self.inner.clone(),
+            keep: self.keep,
+            id: case.id.clone(),
+        }
     }
 
     /// The cell's case, built from the disk cache or generated on first use.
@@ -180,7 +222,7 @@ impl CaseStore {
     }
 
     /// Build the case and both references ahead of its trials (a device thread prepares the
-    /// next case while the GPU runs this one). Its trials' `release` calls still drop it.
+    /// next case while the GPU runs this one). Its trials' uses still drop it.
     /// A case whose trials have all finished (another device thread ran them) is left alone.
     pub fn prepare(&self, case: &Case) {
         let cell = {
@@ -198,23 +240,43 @@ impl CaseStore {
             memory.inspect(|m| m.use_ended());
         }
     }
+}
 
-    /// One trial of `case` finished; the last one drops the case's data.
-    pub fn release(&self, case: &Case) {
-        if self.keep {
-            return;
-        }
-        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = map.get_mut(&case.id) {
-            if let Some(Ok(data)) = entry.0.get() {
-                if let Some(memory) = &data.memory {
-                    memory.use_ended();
-                }
-            }
-            entry.1 = entry.1.saturating_sub(1);
-            if entry.1 == 0 {
-                map.remove(&case.id);
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relattn_matrices::load_tier;
+
+    /// A store over one smoke case that two trials use, its memory reserved in a private ledger.
+    fn store_of_two_trials(gate: &Arc<MemoryGate>) -> (CaseStore, Case) {
+        let tier = load_tier("smoke").expect("smoke tier");
+        let case = tier.expand().expect("smoke expands").cases.remove(0);
+        let mut map = HashMap::new();
+        map.insert(case.id.clone(), (Arc::new(OnceLock::new()), 2));
+        let store = CaseStore {
+            inner: Arc::new(Mutex::new(map)),
+            keep: false,
+            disk: None,
+            gate: Some((gate.clone(), HashMap::new())),
+        };
+        (store, case)
+    }
+
+    #[test]
+    fn a_case_is_in_use_while_a_use_lives_and_dropped_with_its_last_trials_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(MemoryGate::open(dir.path(), u64::MAX).unwrap());
+        let (store, case) = store_of_two_trials(&gate);
+        let first = store.get(&case);
+        assert!(first.data().is_ok());
+        let (held, in_use) = gate.held();
+        assert!(held > 0 && in_use == held, "held {held}, in use {in_use}");
+        // A use handed to another thread (a judge) ends there.
+        let second = store.get(&case);
+        drop(first);
+        assert_eq!(gate.held(), (held, held), "one use left: still in use");
+        std::thread::spawn(move || drop(second)).join().unwrap();
+        assert_eq!(gate.held(), (0, 0), "the last trial's use drops the case");
+        assert!(store.inner.lock().unwrap().is_empty());
     }
 }

@@ -322,10 +322,11 @@ impl MemoryGate {
         out
     }
 
-    /// The bytes this run holds now.
+    /// The bytes this run holds now, and those of them in use.
     #[cfg(test)]
-    fn held(&self) -> u64 {
-        self.own().held
+    pub(crate) fn held(&self) -> (u64, u64) {
+        let own = self.own();
+        (own.held, own.in_use)
     }
 }
 
@@ -442,9 +443,9 @@ mod tests {
         let a = gate(dir.path(), 100);
         let first = a.reserve(80, "one", &|| false);
         let second = a.reserve(80, "two", &|| false);
-        assert_eq!(a.held(), 160);
+        assert_eq!(a.held().0, 160);
         drop((first, second));
-        assert_eq!(a.held(), 0);
+        assert_eq!(a.held().0, 0);
     }
 
     #[test]
@@ -457,12 +458,12 @@ mod tests {
         // 60 + 40 + 30 > 100: the third waits while the first is held.
         let (rx, t) = reserve_later(&b, 30);
         assert!(rx.recv_timeout(SHORT).is_err());
-        assert_eq!(b.held(), 40);
+        assert_eq!(b.held().0, 40);
         drop(held);
         rx.recv_timeout(LONG)
             .expect("granted once the other run released its case");
         let granted = t.join().unwrap();
-        assert_eq!(b.held(), 70);
+        assert_eq!(b.held().0, 70);
         drop((small, granted));
     }
 

@@ -93,14 +93,13 @@ pub(super) fn run_all(
                 ..Runners::default()
             };
             for _ in 0..JUDGES_PER_DEVICE * session.device_count() {
-                let (judged, tx, store, set) =
-                    (judged.clone(), tx.clone(), store.clone(), set.clone());
+                let (judged, tx, set) = (judged.clone(), tx.clone(), set.clone());
                 scope.spawn(move || loop {
                     let next = judged.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((t, step)) = next else {
                         break;
                     };
-                    let _ = tx.send(step.finish(&t, &store, &judges, &set));
+                    let _ = tx.send(step.finish(&t, &judges, &set));
                 });
             }
             let mut devices = Vec::new();

@@ -1,7 +1,7 @@
 //! One trial, from its case to its report row: routing and self-check trials on this thread, a
 //! GPU trial in two steps (the run on a device thread, then the judge on any thread).
 
-use super::cases::{CaseData, CaseStore};
+use super::cases::{CaseData, CaseStore, CaseUse};
 use super::row;
 use super::runners::Runners;
 use super::triage;
@@ -16,7 +16,7 @@ use std::time::Instant;
 
 /// Run one trial (not ignored) to a report row.
 pub fn run_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>, set: &CaseSet) -> Row {
-    start_trial(trial, store, runners).finish(trial, store, runners, set)
+    start_trial(trial, store, runners).finish(trial, runners, set)
 }
 
 /// Where a trial stands after `start_trial`: its row is complete but for the last touches, or
@@ -35,6 +35,8 @@ pub struct Ran {
     row: Row,
     started: Instant,
     data: Arc<CaseData>,
+    /// The trial's use of the case, ended when the judge is done with it.
+    held: CaseUse,
     result: Result<RunOutput, RunError>,
     /// The device slot or pool process the run took (triage runs there again).
     slot: usize,
@@ -56,25 +58,23 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
         TrialKind::BadFile => row::skip(&mut row, "not a valid case file".into()),
         TrialKind::Routing(r) => row::record_check(&mut row, check_routing_row(r)),
         TrialKind::RoutingUnknown => row::record_check(&mut row, check_unknown_capabilities()),
-        TrialKind::Reference { case, check } => {
-            match store.get(case) {
-                Ok(data) => {
-                    let ref64 = data.ref64();
-                    let c = phases::time(Phase::SelfChecks, || {
-                        selfcheck::check(*check, &data.problem, Some(ref64))
-                    });
-                    row::record_self_check(&mut row, c);
-                }
-                Err(e) => row::error(&mut row, e),
+        TrialKind::Reference { case, check } => match store.get(case).data() {
+            Ok(data) => {
+                let ref64 = data.ref64();
+                let c = phases::time(Phase::SelfChecks, || {
+                    selfcheck::check(*check, &data.problem, Some(ref64))
+                });
+                row::record_self_check(&mut row, c);
             }
-            store.release(case);
-        }
+            Err(e) => row::error(&mut row, e.to_string()),
+        },
         TrialKind::Gpu {
             case,
             target,
             split,
         } => {
-            match (store.get(case), runners.for_target(target)) {
+            let held = store.get(case);
+            match (held.data(), runners.for_target(target)) {
                 (Ok(data), Some((runner, slot))) => {
                     let req = RunRequest {
                         trial: &trial.name,
@@ -98,15 +98,15 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
                     return Step::Ran(Box::new(Ran {
                         row,
                         started,
-                        data,
+                        data: data.clone(),
+                        held,
                         result,
                         slot,
                     }));
                 }
-                (Err(e), _) => row::error(&mut row, e),
+                (Err(e), _) => row::error(&mut row, e.to_string()),
                 (_, None) => row::skip(&mut row, "no GPU".into()),
             }
-            store.release(case);
         }
     }
     Step::Done {
@@ -116,15 +116,9 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
 }
 
 impl Step {
-    /// Judge a GPU run (releasing its case) and give the row its wall time and, when it failed,
+    /// Judge a GPU run (ending its use of the case) and give the row its wall time and, when it failed,
     /// the command that reproduces it.
-    pub fn finish(
-        self,
-        trial: &Trial,
-        store: &CaseStore,
-        runners: &Runners<'_>,
-        set: &CaseSet,
-    ) -> Row {
+    pub fn finish(self, trial: &Trial, runners: &Runners<'_>, set: &CaseSet) -> Row {
         let (mut row, started, mut kept) = match self {
             Step::Done { row, started: None } => return *row,
             Step::Done {
@@ -139,6 +133,7 @@ impl Step {
                     mut row,
                     started,
                     data,
+                    held,
                     result,
                     slot,
                 } = *ran;
@@ -163,8 +158,7 @@ impl Step {
                             )
                         });
                     }
-                    drop(data);
-                    store.release(case);
+                    drop((data, held));
                     (row, started, kept)
                 } else {
                     (row, started, None)
