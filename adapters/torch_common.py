@@ -92,22 +92,26 @@ def kv_views(buf, layout, head_dim):
     return t[..., :head_dim], t[..., head_dim:]
 
 
-def paged_cache(torch, key_cache, value_cache, layout):
+def paged_cache(torch, make_key, make_value, layout):
     """(buffer or None, K view, V view) with K, V of logical shape [num_blocks, page, Hkv, D].
 
     hnd_packed: one buffer [num_blocks, Hkv, page, 2D]; nhd_packed: [num_blocks, page, Hkv, 2D];
     contiguous: K and V are separate contiguous tensors (no shared buffer).
-    `key_cache`, `value_cache`: tensors [num_blocks, page, Hkv, D] already on the device.
+    `make_key`, `make_value`: each returns its tensor [num_blocks, page, Hkv, D] on the device.
+    A packed buffer is filled one of them at a time, so the device holds the buffer and at most
+    one of K and V beside it, never both.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"cache layout {layout!r} is not one of {LAYOUTS}")
     if layout == "contiguous":
-        return None, key_cache.contiguous(), value_cache.contiguous()
-    shape = packed_shape(layout, tuple(key_cache.shape))
-    buf = torch.empty(shape, dtype=key_cache.dtype, device=key_cache.device)
-    k, v = kv_views(buf, layout, key_cache.shape[-1])
-    k.copy_(key_cache)
-    v.copy_(value_cache)
+        return None, make_key().contiguous(), make_value().contiguous()
+    key = make_key()
+    shape = packed_shape(layout, tuple(key.shape))
+    buf = torch.empty(shape, dtype=key.dtype, device=key.device)
+    k, v = kv_views(buf, layout, key.shape[-1])
+    k.copy_(key)
+    del key
+    v.copy_(make_value())
     return buf, k, v
 
 
@@ -209,7 +213,7 @@ class DeviceCase:
         self.device = torch.device(device)
         self.q, self.rel_logits = row_inputs(torch, case, device, dtype)
         self.cache_buffer, self.key_cache, self.value_cache = paged_cache(
-            torch, floats("key_cache"), floats("value_cache"), layout)
+            torch, lambda: floats("key_cache"), lambda: floats("value_cache"), layout)
         self.block_table = ints(serving_block_table(case))
         self.seqused_k = ints(case.seqused_k)
         self.cu_seqlens_q = ints(case.cu_seqlens_q)

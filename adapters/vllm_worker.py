@@ -151,8 +151,9 @@ def torch_inputs(torch, case, device):
     dtype = getattr(torch, TORCH_DTYPES[case.dtype])
     as_int = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(device)
     buf, key_cache, value_cache = torch_common.paged_cache(
-        torch, torch_common.case_tensor(torch, case, "key_cache", device, dtype),
-        torch_common.case_tensor(torch, case, "value_cache", device, dtype), torch_common.VLLM_LAYOUT)
+        torch, lambda: torch_common.case_tensor(torch, case, "key_cache", device, dtype),
+        lambda: torch_common.case_tensor(torch, case, "value_cache", device, dtype),
+        torch_common.VLLM_LAYOUT)
     # As vLLM's _split_kv_cache hands them to the op.
     key_cache, value_cache = (canonicalize_singleton_dim_strides(x)
                               for x in torch_common.kv_views(buf, torch_common.VLLM_LAYOUT, case.D))
