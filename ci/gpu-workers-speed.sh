@@ -14,9 +14,10 @@
 #   triton-ci     run --matrix ci --paths none --impl triton
 #   vllm-ci       run --matrix ci --paths none --impl vllm
 #   both-ci       run --matrix ci --paths none --impl vllm,triton
-#   same-verdicts the regressions tier through vllm and triton with one process and with the
-#                 default pool (warm), diffed both ways with `report diff` and compared row by
-#                 row (status and message): the pool must not change a verdict
+#   same-verdicts the regressions tier through the workers ($VERDICT_IMPLS, default vllm,triton)
+#                 with one process and with the default pool (warm), diffed both ways with
+#                 `report diff` and compared row by row (status and message): the pool must not
+#                 change a verdict
 #   side-by-side  8 runs of the regressions tier through the workers at once ($SIDE_IMPLS,
 #                 default vllm,triton), each with --processes 8: every one must finish with a
 #                 complete report
@@ -114,7 +115,8 @@ run_measure() {
         vllm-ci) cold_and_warm vllm-ci run --matrix ci --paths none --impl vllm --require-gpu "${xfail[@]}" ;;
         both-ci) cold_and_warm both-ci run --matrix ci --paths none --impl vllm,triton --require-gpu "${xfail[@]}" ;;
         same-verdicts)
-            local args=(run --matrix regressions --paths none --impl vllm,triton --require-gpu "${xfail[@]}")
+            local args=(run --matrix regressions --paths none --impl "${VERDICT_IMPLS:-vllm,triton}"
+                --require-gpu "${xfail[@]}")
             RELATTN_CACHE_DIR="$cache_root/both-ci" "$bin" "${args[@]}" --worker-processes 1 \
                 --out "$out/reports/one" >"$out/logs/same-one.log" 2>&1
             RELATTN_CACHE_DIR="$cache_root/both-ci" "$bin" "${args[@]}" \
