@@ -3,10 +3,11 @@
 # machine: each measured run from an empty relattn cache folder (cold: no NVRTC CUBINs, no
 # CuTe DSL, FA4, Triton or Inductor cache), then again on the cache it left (warm).
 #
-#   ci/gpu-workers-speed.sh [MEASURE[:warm] ...]     (no MEASURE: every one, in this order)
+#   ci/gpu-workers-speed.sh [MEASURE[:cold|:warm] ...]     (no MEASURE: every one, in this order)
 #
-# MEASURE:warm runs only the warm half of a cold-and-warm measure, on the cache an earlier cold
-# run of it left under $CACHE_ROOT (a time-limited machine can split the two across calls).
+# MEASURE:cold runs only the cold half of a cold-and-warm measure; MEASURE:warm only the warm
+# half, on the cache an earlier cold run of it left under $CACHE_ROOT (a time-limited machine
+# can split the two across calls).
 #
 #   native        run --matrix ci                                  (the main job)
 #   vllm-reg      run --matrix regressions --paths none --impl vllm
@@ -80,7 +81,7 @@ cold_and_warm() {
         rm -rf "${cache_root:?}/$name"
         measured "$name" cold "$@"
     fi
-    measured "$name" warm "$@"
+    [[ -n ${COLD_ONLY:-} ]] || measured "$name" warm "$@"
 }
 
 # same_verdicts A B: the two reports' rows agree trial by trial (status and message).
@@ -147,6 +148,8 @@ measures=("$@")
 for m in "${measures[@]}"; do
     if [[ $m == *:warm ]]; then
         WARM_ONLY=1 run_measure "${m%:warm}"
+    elif [[ $m == *:cold ]]; then
+        COLD_ONLY=1 run_measure "${m%:cold}"
     else
         run_measure "$m"
     fi
