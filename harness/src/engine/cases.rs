@@ -2,7 +2,7 @@
 //! and its references computed once, shared by every trial that uses it, and dropped when its last trial has run.
 
 use super::case_cache::CaseCache;
-use super::memory_gate::{footprint, MemoryGate, Reservation};
+use super::memory_gate::{footprint, stored_bytes, MemoryGate, Reservation};
 use crate::phases::{self, Phase};
 use crate::trial_list::Trial;
 use relattn_matrices::{read_file_case, Case, CaseSource};
@@ -210,7 +210,9 @@ impl CaseStore {
         cell.get_or_init(|| {
             let memory = self.gate.as_ref().map(|(gate, workers)| {
                 let copies = workers.get(&case.id).copied().unwrap_or(0);
-                gate.reserve(footprint(case.bytes(), copies), &case.id, &super::stopping)
+                let stored = stored_bytes(case.bytes(), case.facts().dtype.size_bytes());
+                let bytes = footprint(case.bytes(), stored, copies);
+                gate.reserve(bytes, &case.id, &super::stopping)
             });
             CaseData::cached(case, self.disk.as_ref()).map(|data| {
                 if let Some(m) = &memory {

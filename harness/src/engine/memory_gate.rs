@@ -40,11 +40,23 @@ const POLL: Duration = Duration::from_millis(200);
 const LOCK: &str = "ledger.lock";
 const SUFFIX: &str = ".entry";
 
-/// Bytes a case takes while it is in use: generating or reading it holds about twice its
-/// tensors' bytes at the peak (`limits::MEMORY_FRACTION`), and each worker that runs it writes
-/// it as a case file and loads its own float32 copy (about twice again).
-pub fn footprint(case_bytes: u64, workers: usize) -> u64 {
-    case_bytes.saturating_mul(2 + 2 * workers as u64)
+/// Bytes a case takes while it is in use, from its tensors' bytes as float32 (`Case::bytes`)
+/// and as stored (in the case's dtype, as a case file holds them): relattn holds the floats
+/// (generating a case peaks there: 12.6 GB for a case of 12.9 GB of floats) and, reading a case
+/// file, its stored bytes beside them; each worker that runs it has a case file of its own (in
+/// a temporary folder, which may be memory) and loads at most the floats (the numpy workers;
+/// the torch workers keep the stored bytes instead). So: both, once for relattn and once per
+/// worker.
+pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: usize) -> u64 {
+    float_bytes
+        .saturating_add(stored_bytes)
+        .saturating_mul(1 + workers as u64)
+}
+
+/// A case's stored bytes from its float32 bytes and its dtype's element size (the integer
+/// tensors, stored as they are, are few).
+pub fn stored_bytes(float_bytes: u64, element_bytes: usize) -> u64 {
+    float_bytes / 4 * element_bytes as u64
 }
 
 /// What one run's entry says.

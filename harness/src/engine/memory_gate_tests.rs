@@ -192,7 +192,9 @@ fn an_entry_reads_back_and_garbage_holds_nothing() {
 
 #[test]
 fn the_footprint_counts_a_copy_per_worker() {
-    assert_eq!(footprint(10, 0), 20);
-    assert_eq!(footprint(10, 2), 60);
-    assert_eq!(footprint(u64::MAX, 3), u64::MAX);
+    assert_eq!(footprint(12, 6, 0), 18);
+    assert_eq!(footprint(12, 6, 2), 54);
+    assert_eq!(footprint(u64::MAX, 3, 3), u64::MAX);
+    assert_eq!(stored_bytes(12, 2), 6);
+    assert_eq!(stored_bytes(12, 4), 12);
 }
