@@ -133,10 +133,11 @@ impl XFails {
                 );
             }
             Status::Fail | Status::Error => {
-                let found = cause.map_or_else(
-                    || "not triaged (--no-triage)".to_string(),
-                    |c| format!("its cause is {c}"),
-                );
+                let found = match (cause, row.params.get("triage")) {
+                    (Some(c), _) => format!("its cause is {c}"),
+                    (None, Some(why)) => format!("not triaged ({why})"),
+                    (None, None) => "not triaged (--no-triage)".to_string(),
+                };
                 let expected: Vec<String> = selecting
                     .iter()
                     .map(|&i| {
@@ -261,6 +262,35 @@ reason = "selects nothing here"
         let unmatched = x.unmatched();
         assert_eq!(unmatched.len(), 1, "{unmatched:?}");
         assert!(unmatched[0].contains("entry 3"), "{unmatched:?}");
+    }
+
+    /// A failure with no cause says why it has none: triage was turned off, or the run was
+    /// stopping when the trial ended (its triage is skipped, the row says so).
+    #[test]
+    fn a_failure_without_a_cause_says_why() {
+        let x = XFails::parse(TWO_BUGS, "two.toml").unwrap();
+        let off = decided(&x, Status::Fail, None);
+        assert!(
+            off.message.ends_with("not triaged (--no-triage)"),
+            "{}",
+            off.message
+        );
+        let trial = Trial {
+            name: "routing::unknown".into(),
+            kind: crate::trial_list::TrialKind::RoutingUnknown,
+            ignore: None,
+        };
+        let mut row = Row::new("", "routing::unknown", "routing", Status::Fail);
+        row.params
+            .insert("triage".into(), "not run: the run was stopping".into());
+        x.apply(&trial, &mut row);
+        assert_eq!(row.status, Status::Fail);
+        assert!(
+            row.message
+                .ends_with("not triaged (not run: the run was stopping)"),
+            "{}",
+            row.message
+        );
     }
 
     /// The known-bug files shipped with the adapters parse, and name causes triage finds.

@@ -150,8 +150,11 @@ impl Step {
                     // The failing run's files, before triage runs the trial again.
                     let kept = row::keep_files(&row, trial, runners);
                     let runner = runners.for_target(target).map(|(r, _)| r);
-                    let triage = runners.triage && row.status.is_bad() && !super::stopping();
-                    if let (true, Some(runner)) = (triage, runner) {
+                    let triage = runners.triage && row.status.is_bad();
+                    if triage && super::stopping() {
+                        row.params
+                            .insert("triage".into(), "not run: the run was stopping".into());
+                    } else if let (true, Some(runner)) = (triage, runner) {
                         phases::time(Phase::Triage, || {
                             triage::triage(
                                 &mut row, trial, case, &data, target, *split, runner, slot, first,
