@@ -7,7 +7,7 @@ use crate::phases::{self, Phase};
 use crate::trial_list::Trial;
 use relattn_matrices::{read_file_case, Case, CaseSource};
 use relattn_reference::{emulate, fast, gen, Problem, RefOutput};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A generated case with its references, computed on first use.
@@ -122,8 +122,8 @@ pub struct CaseStore {
     keep: bool,
     /// Cases kept on disk between processes (the `cargo test` harness under nextest).
     disk: Option<CaseCache>,
-    /// The machine's memory ledger, shared with other runs, and per case how many worker
-    /// processes load their own copy of it.
+    /// The machine's memory ledger, shared with other runs, and per case how many workers load
+    /// their own copy of it.
     gate: Option<(Arc<MemoryGate>, HashMap<String, usize>)>,
 }
 
@@ -153,14 +153,24 @@ impl CaseStore {
     }
 
     /// The same store, each case reserving its memory in `gate` (with a copy for every worker
-    /// process of `trials` that may load it: `compile_key::loads`) before it is built, and
-    /// holding it until it is dropped.
+    /// of `trials` that runs it) before it is built, and holding it until it is dropped.
     pub fn with_memory_gate(
         mut self,
         gate: Option<Arc<MemoryGate>>,
         trials: &[Trial],
     ) -> CaseStore {
-        self.gate = gate.map(|g| (g, super::compile_key::loads(trials)));
+        self.gate = gate.map(|g| {
+            let mut workers: HashMap<String, HashSet<usize>> = HashMap::new();
+            for t in trials.iter().filter(|t| t.ignore.is_none()) {
+                if let (Some(case), Some(w)) = (t.case(), t.worker_index()) {
+                    workers.entry(case.id.clone()).or_default().insert(w);
+                }
+            }
+            (
+                g,
+                workers.into_iter().map(|(id, w)| (id, w.len())).collect(),
+            )
+        });
         self
     }
 

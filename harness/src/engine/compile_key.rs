@@ -2,12 +2,11 @@
 //! configuration once per run: a JIT-compiled kernel (CuTe DSL, Triton) is specialised on the
 //! dtype, head counts and dim, page size, window, extent and the bucketed query length
 //! (docs/operator.md section 4.4), and on the split settings the case's trials force. A case's
-//! trials are one unit (one process, one case file), a large case's one unit each; the queue
-//! hands units to a pool's processes.
+//! trials are one unit (one process, one case file); the queue hands units to a pool's processes.
 
 use crate::trial_list::Trial;
 use relattn_matrices::Case;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex};
 
 /// A case's kernel configuration, as the workers' JIT caches key it.
@@ -28,15 +27,7 @@ pub fn of_case(case: &Case) -> String {
     )
 }
 
-/// Cases of at least this many bytes (their tensors as float32) have a unit per trial: each of
-/// their trials is long (a case file of gigabytes written, read and uploaded), and one process
-/// running them one after another would set a run's wall time (the regressions tier's 12 GiB
-/// `offset_over_2_31` and `paged_cache_past_2_31` cases), so the pool's processes run them side
-/// by side, each with its own copy (counted in the run's memory reservation: [`loads`]).
-pub const SPLIT_BYTES: u64 = 1 << 30;
-
-/// One case's trials for one worker: the unit a process takes (one case file, written once);
-/// for a case of [`SPLIT_BYTES`] or more, one trial.
+/// One case's trials for one worker: the unit a process takes (one case file, written once).
 pub struct Unit {
     key: String,
     /// The case's bytes in memory: larger cases take longer, so they start first.
@@ -44,29 +35,16 @@ pub struct Unit {
     pub trials: Vec<Trial>,
 }
 
-/// The unit a trial belongs to: its case's id, and for a large case its path too.
-fn unit_of(t: &Trial) -> (String, Option<String>) {
-    let Some(case) = t.case() else {
-        return (String::new(), None);
-    };
-    let path = (case.bytes() >= SPLIT_BYTES).then(|| t.path());
-    (case.id.clone(), path)
-}
-
-/// `trials` (one worker's) as units, one per case, or per trial of a large case.
+/// `trials` as units, one per case.
 pub fn units(trials: Vec<Trial>) -> Vec<Unit> {
-    let mut index: BTreeMap<(String, Option<String>), usize> = BTreeMap::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
     let mut out: Vec<Unit> = Vec::new();
     for t in trials {
-        let at = *index.entry(unit_of(&t)).or_insert_with_key(|(_, path)| {
-            let (key, bytes) = t.case().map_or((String::new(), 0), |c| {
-                let key = match path {
-                    // A path of its own compiles its own kernel.
-                    Some(p) => format!("{}:{p}", of_case(c)),
-                    None => of_case(c),
-                };
-                (key, c.bytes())
-            });
+        let case_id = t.case().map(|c| c.id.clone()).unwrap_or_default();
+        let at = *index.entry(case_id).or_insert_with(|| {
+            let (key, bytes) = t
+                .case()
+                .map_or((String::new(), 0), |c| (of_case(c), c.bytes()));
             out.push(Unit {
                 key,
                 bytes,
@@ -75,23 +53,6 @@ pub fn units(trials: Vec<Trial>) -> Vec<Unit> {
             out.len() - 1
         });
         out[at].trials.push(t);
-    }
-    out
-}
-
-/// Per case, how many worker processes load a copy of it at most: its units over every worker
-/// (trials marked ignored load nothing).
-pub fn loads(trials: &[Trial]) -> HashMap<String, usize> {
-    let mut units: HashSet<(usize, String, Option<String>)> = HashSet::new();
-    for t in trials.iter().filter(|t| t.ignore.is_none()) {
-        if let Some(worker) = t.worker_index() {
-            let (case, path) = unit_of(t);
-            units.insert((worker, case, path));
-        }
-    }
-    let mut out = HashMap::new();
-    for (_, case, _) in units {
-        *out.entry(case).or_insert(0) += 1;
     }
     out
 }
@@ -253,10 +214,7 @@ mod tests {
         let all = trials(&cases);
         let n = all.len();
         let units = units(all);
-        // Each trial of a large case is a unit of its own.
-        let large = cases.iter().filter(|c| c.bytes() >= SPLIT_BYTES).count();
-        assert!(large > 0 && large < cases.len() / 4, "{large}");
-        assert_eq!(units.len(), cases.len() + large);
+        assert_eq!(units.len(), cases.len());
         assert_eq!(units.iter().map(|u| u.trials.len()).sum::<usize>(), n);
         let mut seen = HashSet::new();
         for u in &units {
@@ -339,40 +297,6 @@ mod tests {
         }
         assert_eq!(taken, left);
         assert!(!keys.is_empty());
-    }
-
-    /// A large case's trials are units of their own, of different configurations, so two
-    /// processes take them at once; each is a copy of the case the memory reservation counts.
-    #[test]
-    fn a_large_cases_trials_run_in_processes_side_by_side() {
-        let cases = ci_cases();
-        let (large, small): (Vec<_>, Vec<_>) =
-            cases.into_iter().partition(|c| c.bytes() >= SPLIT_BYTES);
-        let (large, small) = (large[0].clone(), small[0].clone());
-        let mut all = trials(&[large.clone(), small.clone()]);
-        let queue = UnitQueue::new(units(all.clone()));
-        assert_eq!(queue.len(), 3);
-        let never = || false;
-        let (a, b) = (
-            queue.next(0, &never).unwrap(),
-            queue.next(1, &never).unwrap(),
-        );
-        for u in [&a, &b] {
-            assert_eq!(u.trials.len(), 1);
-            assert_eq!(
-                u.trials[0].case().unwrap().id,
-                large.id,
-                "the largest first"
-            );
-        }
-        assert_ne!(a.key, b.key);
-        // Two processes may load the large case, one the small case; an ignored trial none.
-        all[0].ignore = Some("no GPU".into());
-        let copies = loads(&all);
-        assert_eq!(copies[&large.id], 1);
-        assert_eq!(copies[&small.id], 1);
-        all[0].ignore = None;
-        assert_eq!(loads(&all)[&large.id], 2);
     }
 
     #[test]
