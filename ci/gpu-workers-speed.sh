@@ -77,6 +77,10 @@ PY
 cold_and_warm() {
     local name=$1
     shift
+    if [[ -n ${WARM_ONLY:-} && ! -d $cache_root/$name ]]; then
+        echo "$name:warm needs the cache of an earlier cold run of $name in $cache_root" >&2
+        exit 2
+    fi
     if [[ -z ${WARM_ONLY:-} ]]; then
         rm -rf "${cache_root:?}/$name"
         measured "$name" cold "$@"
@@ -146,6 +150,11 @@ run_measure() {
 measures=("$@")
 [[ ${#measures[@]} -gt 0 ]] || measures=(native vllm-reg triton-ci vllm-ci both-ci same-verdicts side-by-side)
 for m in "${measures[@]}"; do
+    case $m in
+        vllm-reg-one:* | same-verdicts:* | side-by-side:*)
+            echo "$m: ${m%%:*} has no cold and warm halves" >&2
+            exit 2 ;;
+    esac
     if [[ $m == *:warm ]]; then
         WARM_ONLY=1 run_measure "${m%:warm}"
     elif [[ $m == *:cold ]]; then

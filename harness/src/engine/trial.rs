@@ -104,7 +104,11 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
                         slot,
                     }));
                 }
-                (Err(e), _) => row::error(&mut row, e.to_string()),
+                (Err(e), _) => {
+                    row::error(&mut row, e.to_string());
+                    row.params
+                        .insert("triage".into(), "not run: the case was not built".into());
+                }
                 (_, None) => row::skip(&mut row, "no GPU".into()),
             }
         }

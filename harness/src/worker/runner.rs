@@ -22,8 +22,11 @@ use std::time::Duration;
 /// Deaths in a row after which a worker's remaining trials are errors.
 pub const MAX_DEATHS: usize = 3;
 /// Case files kept written for the trials still to come (one case's trials are consecutive in
-/// `run`; under `cargo test` they interleave a little).
+/// `run`; under `cargo test` they interleave a little): at most this many, and older ones only
+/// while all of them together stay under `CASE_BYTES_KEPT` (a large case's file, gigabytes in a
+/// temporary folder that may be memory, goes as soon as the next case's is written).
 const CASE_FILES_KEPT: usize = 8;
+const CASE_BYTES_KEPT: u64 = 1 << 30;
 /// Lines of the worker's stderr quoted in an erroring trial's message.
 const TAIL_IN_MESSAGE: usize = 12;
 /// A failing trial's case and output files are kept with the report up to this size each, and
@@ -297,11 +300,6 @@ impl WorkerRunner {
                 return Ok(f.clone());
             }
         }
-        if st.cases.len() == CASE_FILES_KEPT {
-            if let Some((_, old)) = st.cases.pop_front() {
-                let _ = std::fs::remove_file(old);
-            }
-        }
         st.files += 1;
         let file = member
             .dir
@@ -321,7 +319,21 @@ impl WorkerRunner {
             }
         }
         st.cases.push_back((req.case_id.to_string(), file.clone()));
+        drop_old_case_files(&mut st.cases, CASE_FILES_KEPT, CASE_BYTES_KEPT);
         Ok(file)
+    }
+}
+
+/// Remove the oldest of `cases` (their files too) until at most `max_files` are left and the
+/// files together take at most `max_bytes`; the newest is always kept.
+fn drop_old_case_files(cases: &mut VecDeque<(String, PathBuf)>, max_files: usize, max_bytes: u64) {
+    let size = |f: &Path| std::fs::metadata(f).map_or(0, |m| m.len());
+    let mut bytes: u64 = cases.iter().map(|(_, f)| size(f)).sum();
+    while cases.len() > 1 && (cases.len() > max_files || bytes > max_bytes) {
+        if let Some((_, old)) = cases.pop_front() {
+            bytes = bytes.saturating_sub(size(&old));
+            let _ = std::fs::remove_file(old);
+        }
     }
 }
 
