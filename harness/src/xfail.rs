@@ -214,14 +214,20 @@ reason = "selects nothing here"
 "#;
 
     fn decided(x: &XFails, status: Status, cause: Option<&str>) -> Row {
+        let params: Vec<(&str, &str)> = cause.map(|c| ("cause", c)).into_iter().collect();
+        decided_with(x, status, &params)
+    }
+
+    /// A routing trial's row of `status` with `params`, after `x`.
+    fn decided_with(x: &XFails, status: Status, params: &[(&str, &str)]) -> Row {
         let trial = Trial {
             name: "routing::unknown".into(),
             kind: crate::trial_list::TrialKind::RoutingUnknown,
             ignore: None,
         };
         let mut row = Row::new("", "routing::unknown", "routing", status);
-        if let Some(c) = cause {
-            row.params.insert("cause".into(), c.into());
+        for (k, v) in params {
+            row.params.insert(k.to_string(), v.to_string());
         }
         x.apply(&trial, &mut row);
         row
@@ -275,15 +281,11 @@ reason = "selects nothing here"
             "{}",
             off.message
         );
-        let trial = Trial {
-            name: "routing::unknown".into(),
-            kind: crate::trial_list::TrialKind::RoutingUnknown,
-            ignore: None,
-        };
-        let mut row = Row::new("", "routing::unknown", "routing", Status::Fail);
-        row.params
-            .insert("triage".into(), "not run: the run was stopping".into());
-        x.apply(&trial, &mut row);
+        let row = decided_with(
+            &x,
+            Status::Fail,
+            &[("triage", "not run: the run was stopping")],
+        );
         assert_eq!(row.status, Status::Fail);
         assert!(
             row.message
