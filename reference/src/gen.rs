@@ -373,9 +373,20 @@ impl Fill<'_> {
     /// Draw the block's contents in stream order, handing each (slot, head)'s key and value to
     /// `put`.
     fn block(&self, block: usize, mut put: impl FnMut(usize, usize, &[f32], &[f32])) {
+        let nan = vec![f32::NAN; self.d];
+        let slots = &self.readable[block * self.page..(block + 1) * self.page];
+        if self.poison && !slots.iter().any(|&r| r) {
+            // No request may read the block (a spare one): NaN throughout, without drawing what
+            // would be dropped. Each block has a stream of its own, so no other block changes.
+            for slot in 0..self.page {
+                for head in 0..self.hkv {
+                    put(slot, head, &nan, &nan);
+                }
+            }
+            return;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(1 + block as u64);
-        let nan = vec![f32::NAN; self.d];
         let mut value = vec![0f32; self.d];
         for slot in 0..self.page {
             let poisoned = self.poison && !self.readable[block * self.page + slot];
