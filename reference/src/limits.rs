@@ -23,8 +23,9 @@ pub const MAX_HEADS: usize = 1024;
 pub const MAX_HEAD_DIM: usize = 256;
 /// Largest page: 16 times the largest a serving engine uses (256).
 pub const MAX_PAGE_SIZE: usize = 4096;
-/// The default case-byte limit is this fraction of memory: reading or generating a case holds
-/// about twice its bytes at the peak, and the reference adds its f64 outputs.
+/// The default case-byte limit is this fraction of memory: reading a case file holds its floats
+/// and its stored bytes at the peak (up to twice its bytes), generating one its floats, and the
+/// reference adds its f64 outputs.
 pub const MEMORY_FRACTION: u64 = 8;
 /// Memory assumed when the machine's cannot be read (no /proc/meminfo).
 pub const FALLBACK_MEMORY_BYTES: u64 = 16 << 30;

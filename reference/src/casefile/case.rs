@@ -1,6 +1,8 @@
 //! Case files: `write_case` and `read_case`.
 
-use super::tensors::{float_tensor, i32_tensor, read_bytes, write_file, Links, Owned, Reader};
+use super::tensors::{
+    decode_floats, float_tensor, i32_tensor, read_bytes, write_file, Links, Owned, Reader,
+};
 use super::{CaseFile, CaseFileError, CaseMeta, FORMAT_VERSION};
 use crate::limits::{max_case_bytes, CaseSize, Dim, LimitError};
 use crate::problem::{CacheLayout, Problem, ProblemData, RowLayout};
@@ -183,8 +185,11 @@ pub fn parse_case(path: &Path, bytes: &[u8], limit: u64) -> Result<CaseFile, Cas
     let dtype = r.case_dtype("q", &q)?;
     let like_q = "`q`";
     let q_values = r.floats("q", &q, dtype, like_q)?;
-    let k_values = r.floats("key_cache", &key_cache, dtype, like_q)?;
-    let v_values = r.floats("value_cache", &value_cache, dtype, like_q)?;
+    // The caches are decoded straight into their place in `kv`, a row at a time: no float copy
+    // of them beside `kv` (a case file's caches can be gigabytes).
+    let k_bytes = r.float_bytes("key_cache", &key_cache, dtype, like_q)?;
+    let v_bytes = r.float_bytes("value_cache", &value_cache, dtype, like_q)?;
+    let size = dtype.size_bytes();
     let rel_values = r.floats("rel_logits", &rel, dtype, like_q)?;
 
     let (t, h, qd) = (q.shape()[0], q.shape()[1], q.shape()[2]);
@@ -198,10 +203,11 @@ pub fn parse_case(path: &Path, bytes: &[u8], limit: u64) -> Result<CaseFile, Cas
     for block in 0..num_blocks {
         for slot in 0..page_size {
             for head in 0..num_kv_heads {
-                let src = ((block * page_size + slot) * num_kv_heads + head) * head_dim;
+                let src = ((block * page_size + slot) * num_kv_heads + head) * head_dim * size;
+                let row = src..src + head_dim * size;
                 let (ka, va) = (views_k.at(block, slot, head), views_v.at(block, slot, head));
-                kv[ka..ka + head_dim].copy_from_slice(&k_values[src..src + head_dim]);
-                kv[va..va + head_dim].copy_from_slice(&v_values[src..src + head_dim]);
+                decode_floats(dtype, &k_bytes[row.clone()], &mut kv[ka..ka + head_dim]);
+                decode_floats(dtype, &v_bytes[row], &mut kv[va..va + head_dim]);
             }
         }
     }

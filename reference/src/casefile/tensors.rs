@@ -412,25 +412,26 @@ impl<'a> Reader<'a> {
         dtype: DType,
         like: &str,
     ) -> Result<Vec<f32>, CaseFileError> {
+        let data = self.float_bytes(name, view, dtype, like)?;
+        let mut out = vec![0f32; data.len() / dtype.size_bytes()];
+        decode_floats(dtype, data, &mut out);
+        Ok(out)
+    }
+
+    /// The stored bytes of a BF16/F16/F32 tensor that must have dtype `dtype` (for
+    /// `decode_floats`, a piece at a time).
+    pub(super) fn float_bytes<'v>(
+        &self,
+        name: &'static str,
+        view: &'v TensorView,
+        dtype: DType,
+        like: &str,
+    ) -> Result<&'v [u8], CaseFileError> {
         if view.dtype() != storage_dtype(dtype) {
             let expected = format!("{} like {like}", storage_dtype(dtype));
             return Err(self.dtype_error(name, view, expected));
         }
-        let data = view.data();
-        Ok(match dtype {
-            DType::Bf16 => data
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DType::F16 => data
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DType::F32 => data
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        })
+        Ok(view.data())
     }
 
     pub(super) fn f64s(
@@ -500,6 +501,25 @@ fn check_offsets(path: &Path, bytes: &[u8]) -> Result<(), CaseFileError> {
         }
     }
     Ok(())
+}
+
+/// Decode little-endian stored values of `dtype` from `bytes` into `out` (as many as `out`
+/// holds).
+pub(super) fn decode_floats(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    match dtype {
+        DType::Bf16 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(2))
+            .for_each(|(o, b)| *o = bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        DType::F16 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(2))
+            .for_each(|(o, b)| *o = f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        DType::F32 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(4))
+            .for_each(|(o, b)| *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+    }
 }
 
 #[cfg(test)]
