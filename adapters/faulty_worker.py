@@ -45,9 +45,10 @@ comma-separated list of substrings; empty items are ignored):
 
 and, for the whole process:
 
-  RELATTN_FAULTY_RECORD=FILE  append a line `pid start end id` (times in seconds since the
-                              epoch) to FILE for every run it answers: which process ran which
-                              trial, and when (the tests of worker pools)
+  RELATTN_FAULTY_RECORD=FILE  append a line `pid start end case files id` (times in seconds
+                              since the epoch; the case file, and how many case files its
+                              folder held) to FILE for every run it answers: which process ran
+                              which trial, when, and on which file (the tests of worker pools)
   RELATTN_FAULTY_SLOW_MS=N    take N milliseconds longer over every run
   RELATTN_FAULTY_UNAVAILABLE=WHY  say in hello that no run can work here, for WHY (every run
                               then answers unsupported with it)
@@ -203,8 +204,11 @@ class FaultyWorker(Worker):
         result = self.run_fault(case, path, num_splits, timing)
         record = os.environ.get("RELATTN_FAULTY_RECORD")
         if record:
+            case_file = str((self.request or {}).get("case", ""))
+            folder = os.path.dirname(case_file) or "."
+            files = sum(n.startswith("case-") for n in os.listdir(folder))
             with open(record, "a") as f:
-                f.write(f"{os.getpid()} {started:.6f} {time.time():.6f} {self.trial_id}\n")
+                f.write(f"{os.getpid()} {started:.6f} {time.time():.6f} {case_file} {files} {self.trial_id}\n")
         return result
 
     def run_fault(self, case, path, num_splits, timing):

@@ -281,12 +281,32 @@ def _run_request(worker, request):
     out, used, ms = worker.run(case, request["path"], num_splits, timing)
     compiled = jit_entries() - before
     worker.write_output(request["out"], out)
+    release_device_memory()
     if ms is not None:
         ms = [float(x) for x in ms]
     answer = {"ok": True, "id": rid, "num_splits": int(used), "ms": ms}
     if compiled > 0:
         answer["jit"] = {"compiled": compiled, "seconds": round(time.monotonic() - started, 3)}
     return answer
+
+
+# Device memory PyTorch's caching allocator may keep between runs. A process of a pool holds what
+# its largest case took (gigabytes for the 2**31 cases) unless it gives it back: eight runs of
+# sixteen processes each on one 80 GB GPU ran out of memory that way.
+CACHED_DEVICE_BYTES_KEPT = 1 << 30
+
+
+def release_device_memory(torch=None):
+    """Give the caching allocator's unused device memory back when it holds more than
+    CACHED_DEVICE_BYTES_KEPT (a worker that never imported torch, or never used CUDA: nothing)."""
+    torch = torch or sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return False
+    if cuda.memory_reserved() - cuda.memory_allocated() <= CACHED_DEVICE_BYTES_KEPT:
+        return False
+    cuda.empty_cache()
+    return True
 
 
 # A compiled kernel in a JIT cache: a Triton kernel's cubin, a CuTe DSL kernel exported by FA4's

@@ -190,3 +190,32 @@ class Unavailable(unittest.TestCase):
             self.assertIsNone(UnavailableWorker("").unavailable)
             UnavailableWorker("quiet")
             self.assertEqual(log.call_count, 1)
+
+
+class ReleaseDeviceMemory(unittest.TestCase):
+    """After a run, the caching allocator's unused device memory goes back past a threshold."""
+
+    def fake_torch(self, initialized, reserved, allocated):
+        cuda = mock.Mock()
+        cuda.is_initialized.return_value = initialized
+        cuda.memory_reserved.return_value = reserved
+        cuda.memory_allocated.return_value = allocated
+        return mock.Mock(cuda=cuda)
+
+    def test_large_unused_reserve_is_released(self):
+        kept = relattn_worker.CACHED_DEVICE_BYTES_KEPT
+        torch = self.fake_torch(True, 3 * kept, kept // 2)
+        self.assertTrue(relattn_worker.release_device_memory(torch))
+        torch.cuda.empty_cache.assert_called_once_with()
+
+    def test_small_or_used_reserve_stays(self):
+        kept = relattn_worker.CACHED_DEVICE_BYTES_KEPT
+        for initialized, reserved, allocated in [(True, kept, 0), (True, 5 * kept, 4 * kept + 1),
+                                                 (False, 5 * kept, 0)]:
+            torch = self.fake_torch(initialized, reserved, allocated)
+            self.assertFalse(relattn_worker.release_device_memory(torch))
+            torch.cuda.empty_cache.assert_not_called()
+
+    def test_a_worker_without_torch_does_nothing(self):
+        with mock.patch.dict("sys.modules", {"torch": None}):
+            self.assertFalse(relattn_worker.release_device_memory())

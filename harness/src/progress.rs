@@ -3,7 +3,7 @@
 //! reference work as it happens).
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -178,7 +178,8 @@ impl Ticker {
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
                             .line(started.elapsed());
-                        eprintln!("{line}");
+                        // Not eprintln!: a full disk under the log must not end the lines.
+                        let _ = writeln!(std::io::stderr(), "{line}");
                     }
                 }
             })

@@ -15,6 +15,10 @@ use relattn_routing::PathId;
 use std::path::Path;
 use std::str::FromStr;
 
+/// What tells a worker that the run still needs a case (its file stays while any strong
+/// reference to the case's data lives).
+pub type CaseAlive = std::sync::Weak<dyn std::any::Any + Send + Sync>;
+
 /// What to run a case on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -57,6 +61,9 @@ pub struct RunRequest<'a> {
     pub problem: &'a Problem,
     /// The case as a file, when there is one already (`exec`): workers read it directly.
     pub case_file: Option<&'a Path>,
+    /// While the case lives (the engine's case data): workers keep one file of it for every
+    /// process until then. None: the case is this request's alone (a triage variant).
+    pub case_alive: Option<&'a CaseAlive>,
     pub target: &'a Target,
     pub split: SplitSetting,
     pub timing: Option<Timing>,

@@ -22,6 +22,9 @@ pub fn time_workers(
 ) -> Vec<BenchRow> {
     let figures = Figures::of(problem);
     let case_id = format!("bench-{shape}-seed{seed}");
+    // One case file for every worker and path, gone when this shape is done.
+    let case: std::sync::Arc<dyn std::any::Any + Send + Sync> = std::sync::Arc::new(());
+    let alive = std::sync::Arc::downgrade(&case);
     let mut rows = Vec::new();
     for (index, w) in workers.iter().enumerate() {
         for path in &w.hello.paths {
@@ -38,6 +41,7 @@ pub fn time_workers(
                 case_id: &case_id,
                 problem,
                 case_file: None,
+                case_alive: Some(&alive),
                 target: &target,
                 split: SplitSetting::Policy,
                 timing: Some(timing),

@@ -43,10 +43,10 @@ const SUFFIX: &str = ".entry";
 /// Bytes a case takes while it is in use, from its tensors' bytes as float32 (`Case::bytes`)
 /// and as stored (in the case's dtype, as a case file holds them): relattn holds the floats
 /// (generating a case peaks there: 12.6 GB for a case of 12.9 GB of floats) and, reading a case
-/// file, its stored bytes beside them; each worker that runs it has a case file of its own (in
-/// a temporary folder, which may be memory) and loads at most the floats (the numpy workers;
-/// the torch workers keep the stored bytes instead). So: both, once for relattn and once per
-/// worker.
+/// file, its stored bytes beside them; each worker that runs it loads at most the floats (the
+/// numpy workers; the torch workers keep the stored bytes instead), and the run's one case file
+/// of it (in a temporary folder, which may be memory) is within that. So: both, once for
+/// relattn and once per worker.
 pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: usize) -> u64 {
     float_bytes
         .saturating_add(stored_bytes)

@@ -115,6 +115,8 @@ pub fn triage(
             case_id: &id,
             problem,
             case_file: None,
+            // Each variant's file is its own, gone at the process's next request.
+            case_alive: None,
             target,
             split,
             timing: None,

@@ -2,6 +2,7 @@
 //! (`adapters/PROTOCOL.md`): `--worker "<command line>"` for any worker, `--impl NAME` for the
 //! ones this project ships under `adapters/`.
 
+pub mod case_files;
 pub mod jit;
 mod live;
 pub mod process;

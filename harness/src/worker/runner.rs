@@ -4,29 +4,21 @@
 //! engine runs member `slot` from a thread of its own; the first member is started at once (its
 //! `hello` describes the worker), the others when their thread first needs them.
 
+use super::case_files::{CaseFiles, Source};
 use super::process::{Death, Process};
 use super::protocol::{self, Hello, Route, RouteShape, RunAnswer};
 use super::WorkerSpec;
 use crate::runner::{Kept, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::sanitize::{Checked, LogWatch};
-use relattn_common::files::{open_regular, open_regular_nofollow, read_limited, write_atomic};
+use relattn_common::files::{open_regular_nofollow, read_limited, write_atomic};
 use relattn_common::stats::median;
-use relattn_reference::casefile::{read_worker_output, write_case, CaseMeta};
-use std::collections::VecDeque;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use relattn_reference::casefile::{read_worker_output, CaseMeta};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// Deaths in a row after which a worker's remaining trials are errors.
 pub const MAX_DEATHS: usize = 3;
-/// Case files kept written for the trials still to come (one case's trials are consecutive in
-/// `run`; under `cargo test` they interleave a little): at most this many, and older ones only
-/// while all of them together stay under `CASE_BYTES_KEPT` (a large case's file, gigabytes in a
-/// temporary folder that may be memory, goes as soon as the next case's is written).
-const CASE_FILES_KEPT: usize = 8;
-const CASE_BYTES_KEPT: u64 = 1 << 30;
 /// Lines of the worker's stderr quoted in an erroring trial's message.
 const TAIL_IN_MESSAGE: usize = 12;
 /// A failing trial's case and output files are kept with the report up to this size each, and
@@ -41,17 +33,19 @@ struct State {
     watch: Option<LogWatch>,
     deaths: usize,
     last_death: String,
-    cases: VecDeque<(String, PathBuf)>,
     /// Files written so far (names are unique within the folder).
     files: u64,
     /// The last run's trial, case file and output file (kept until the next run, so a failing
-    /// trial's files can be kept with its report).
+    /// trial's files can be kept with its report), and whether the case file is this process's
+    /// alone (removed then too; a shared one goes with its case: `CaseFiles`).
     last: Option<(String, PathBuf, PathBuf)>,
+    last_case_alone: bool,
     /// Id of the last `route` request.
     route_id: u64,
 }
 
-/// One process of the pool: its own case folder, environment (its device) and state.
+/// One process of the pool: its own folder (output files, the sanitizer's logs), environment
+/// (its device) and state.
 struct Member {
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
@@ -63,7 +57,7 @@ impl Member {
         let dir = tempfile::Builder::new()
             .prefix("relattn-worker-")
             .tempdir()
-            .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
+            .map_err(|e| format!("cannot make a folder for worker output files: {e}"))?;
         super::live::add_folder(dir.path());
         Ok(Member {
             dir,
@@ -73,9 +67,9 @@ impl Member {
                 watch: None,
                 deaths: 0,
                 last_death: String::new(),
-                cases: VecDeque::new(),
                 files: 0,
                 last: None,
+                last_case_alone: false,
                 route_id: 0,
             }),
         })
@@ -135,6 +129,8 @@ pub struct WorkerRunner {
     pub hello: Hello,
     timeout: Duration,
     members: Vec<Member>,
+    /// The case files, shared by the pool's processes.
+    files: CaseFiles,
 }
 
 /// Start the worker and read its `hello`. Every failure here is the user's to fix (a command
@@ -185,6 +181,7 @@ impl WorkerRunner {
         timeout: Duration,
         pool: &Pool,
     ) -> Result<WorkerRunner, String> {
+        let files = CaseFiles::new()?;
         // What the worker's processes are given (numpy, vLLM, JIT caches): decided once.
         let env = spec.env();
         let members = (0..pool.size.max(1))
@@ -202,6 +199,7 @@ impl WorkerRunner {
             hello,
             timeout,
             members,
+            files,
         })
     }
 
@@ -286,68 +284,25 @@ impl WorkerRunner {
         tail
     }
 
-    /// The case file of `req`, always one in this runner's folder and read-only, so a worker
-    /// never writes to a file of the user's: a copy of the caller's file (`exec`), or one
-    /// written here from the problem (kept for the next trials of the case).
-    fn case_file(
-        &self,
-        member: &Member,
-        st: &mut State,
-        req: &RunRequest<'_>,
-    ) -> Result<PathBuf, String> {
-        if let Some((_, f)) = st.cases.iter().find(|(id, _)| id == req.case_id) {
-            if req.case_file.is_none() {
-                return Ok(f.clone());
-            }
-        }
-        st.files += 1;
-        let file = member
-            .dir
-            .path()
-            .join(format!("case-{}.safetensors", st.files));
-        match req.case_file {
-            Some(from) => copy_read_only(from, &file)
-                .map_err(|e| format!("cannot copy case file {}: {e}", from.display()))?,
-            None => {
-                let meta = CaseMeta {
-                    case_id: Some(req.case_id.to_string()),
-                    seed: None,
-                    cache_layout: req.problem.layout,
-                };
-                write_case(&file, req.problem, &meta).map_err(|e| e.to_string())?;
-                let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444));
-            }
-        }
-        st.cases.push_back((req.case_id.to_string(), file.clone()));
-        drop_old_case_files(&mut st.cases, CASE_FILES_KEPT, CASE_BYTES_KEPT);
-        Ok(file)
-    }
-}
-
-/// Remove the oldest of `cases` (their files too) until at most `max_files` are left and the
-/// files together take at most `max_bytes`; the newest is always kept.
-fn drop_old_case_files(cases: &mut VecDeque<(String, PathBuf)>, max_files: usize, max_bytes: u64) {
-    let size = |f: &Path| std::fs::metadata(f).map_or(0, |m| m.len());
-    let mut bytes: u64 = cases.iter().map(|(_, f)| size(f)).sum();
-    while cases.len() > 1 && (cases.len() > max_files || bytes > max_bytes) {
-        if let Some((_, old)) = cases.pop_front() {
-            bytes = bytes.saturating_sub(size(&old));
-            let _ = std::fs::remove_file(old);
+    /// The case file of `req`, always one in the worker's case folder and read-only, so a
+    /// worker never writes to a file of the user's: the case's file shared by the pool's
+    /// processes while the case lives, else one of its own (a copy of the user's file for `exec`, a triage
+    /// variant), and whether it is the latter.
+    fn case_file(&self, req: &RunRequest<'_>) -> Result<(PathBuf, bool), String> {
+        let meta = CaseMeta {
+            case_id: Some(req.case_id.to_string()),
+            seed: None,
+            cache_layout: req.problem.layout,
+        };
+        let source = match req.case_file {
+            Some(from) => Source::File(from),
+            None => Source::Problem(req.problem, &meta),
+        };
+        match req.case_alive {
+            Some(alive) => Ok((self.files.shared(req.case_id, alive, source)?, false)),
+            None => Ok((self.files.one_off(source)?, true)),
         }
     }
-}
-
-/// Copy the regular file `from` (the user's case file, already read and checked) to the new
-/// file `to`, created read-only.
-fn copy_read_only(from: &Path, to: &Path) -> std::io::Result<()> {
-    let (file, _) = open_regular(from)?;
-    let bytes = read_limited(file, relattn_reference::limits::max_case_bytes())?;
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o444)
-        .open(to)?;
-    out.write_all(&bytes)
 }
 
 /// Copy `from`, a file a worker could have replaced, to `to` in a report: only a regular file
@@ -376,12 +331,14 @@ impl Runner for WorkerRunner {
         };
         let member = &self.members[slot % self.members.len()];
         let mut st = member.lock();
-        if let Some((_, _, old)) = st.last.take() {
-            let _ = std::fs::remove_file(old);
+        if let Some((_, case, out)) = st.last.take() {
+            if st.last_case_alone {
+                let _ = std::fs::remove_file(case);
+            }
+            let _ = std::fs::remove_file(out);
         }
-        let case = self
-            .case_file(member, &mut st, req)
-            .map_err(RunError::Other)?;
+        let (case, alone) = self.case_file(req).map_err(RunError::Other)?;
+        st.last_case_alone = alone;
         st.files += 1;
         let out = member
             .dir
@@ -404,6 +361,19 @@ impl Runner for WorkerRunner {
                 super::jit::record(&v);
                 protocol::parse_run(&v, req.trial).map_err(|e| e.to_string())
             });
+        // A shared file changed by this process would be what the pool's later trials of the
+        // case read (mode 0444 does not stop a worker run as root).
+        if !alone && !self.files.intact(&case) {
+            // Not a death (it answered): a fresh process for the next trial all the same.
+            if let Some(mut p) = st.process.take() {
+                p.kill();
+            }
+            st.watch = None;
+            return Err(RunError::Other(format!(
+                "the worker wrote to its case file {} (read-only, and read by every process of its pool); restarting it for the next trial",
+                case.display()
+            )));
+        }
         let answer = match answer {
             Ok(a) => a,
             Err(why) => {

@@ -47,15 +47,24 @@ fn pool_run(
 
 /// (pid, start, end, trial) per line of a record.
 fn record(file: &Path) -> Vec<(u32, f64, f64, String)> {
+    record_files(file)
+        .into_iter()
+        .map(|(pid, start, end, _, _, trial)| (pid, start, end, trial))
+        .collect()
+}
+
+/// (pid, start, end, case file, case files in its folder, trial) per line of a record.
+fn record_files(file: &Path) -> Vec<(u32, f64, f64, String, usize, String)> {
     std::fs::read_to_string(file)
         .unwrap()
         .lines()
         .map(|l| {
-            let mut w = l.splitn(4, ' ');
+            let mut w = l.splitn(6, ' ');
             let mut next = || w.next().unwrap().to_string();
             let pid = next().parse().unwrap();
             let (start, end) = (next().parse().unwrap(), next().parse().unwrap());
-            (pid, start, end, next())
+            let (case, files) = (next(), next().parse().unwrap());
+            (pid, start, end, case, files, next())
         })
         .collect()
 }
@@ -92,6 +101,100 @@ fn a_pool_runs_each_trial_once_with_its_processes_side_by_side() {
         .iter()
         .any(|a| runs.iter().any(|b| a.0 != b.0 && a.1 < b.2 && b.1 < a.2));
     assert!(overlapping, "the pool's processes never ran side by side");
+}
+
+/// A pool's case files are one folder for all its processes (the faulty worker with three
+/// paths: each case read by three trials from one file), holding only the cases in flight, and
+/// go with the run. (Two processes asking for one case at once share one write:
+/// `worker::case_files`' tests.)
+#[test]
+fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, tmp) = (dir.path().join("record"), dir.path().join("tmp"));
+    std::fs::create_dir(&tmp).unwrap();
+    let (o, _) = pool_run(
+        dir.path(),
+        "files",
+        4,
+        &[
+            ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
+            ("RELATTN_FAULTY_SLOW_MS", "20"),
+            ("RELATTN_FAULTY_HELLO", "paths:3"),
+            ("TMPDIR", tmp.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let runs = record_files(&rec);
+    let pids: HashSet<u32> = runs.iter().map(|r| r.0).collect();
+    assert!(pids.len() >= 2, "{} processes", pids.len());
+    // Trial names end in the case id: every trial of a case read one file.
+    let mut file_of: BTreeMap<String, String> = BTreeMap::new();
+    for (_, _, _, case, _, trial) in &runs {
+        let id = trial.rsplit("::").next().unwrap().to_string();
+        let first = file_of.entry(id).or_insert_with(|| case.clone());
+        assert_eq!(first, case, "{trial}: another file for the same case");
+    }
+    assert!(runs.len() >= 3 * file_of.len(), "{} trials", runs.len());
+    let folders: HashSet<_> = runs
+        .iter()
+        .map(|r| Path::new(&r.3).parent().unwrap().to_path_buf())
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    // Cases whose trials are done are not kept: the folder holds about the cases in flight.
+    let most = runs.iter().map(|r| r.4).max().unwrap();
+    assert!(
+        most <= 8 && file_of.len() > 16,
+        "{most} case files at once for {} cases",
+        file_of.len()
+    );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}
+
+/// A worker that writes to the case file its pool reads fails that trial; the other worker's
+/// trials read files of their own, as relattn wrote them.
+#[test]
+fn a_worker_that_writes_to_a_shared_case_file_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, worker) = (dir.path().join("overwrite"), faulty());
+    let o = relattn_with_numpy(
+        &[
+            "run",
+            "--matrix",
+            "smoke",
+            "--paths",
+            "none",
+            "--impl",
+            "numpy",
+            "--worker",
+            &worker,
+            "--worker-processes",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[(
+            "RELATTN_FAULTY_OVERWRITE",
+            "faulty::faulty::global_e1024::h8_kv2",
+        )],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let rows = worker_rows(&out);
+    let bad: Vec<_> = rows.iter().filter(|r| r["status"] != "pass").collect();
+    assert!(!bad.is_empty());
+    for r in &bad {
+        let trial = r["trial"].as_str().unwrap();
+        assert!(
+            trial.contains("faulty::faulty::global_e1024::h8_kv2"),
+            "{trial}"
+        );
+        assert_eq!(r["status"], "error", "{trial}");
+        let message = r["message"].as_str().unwrap();
+        assert!(
+            message.contains("the worker wrote to its case file"),
+            "{message}"
+        );
+    }
 }
 
 #[test]

@@ -17,31 +17,6 @@ fn folder_bytes_counts_what_the_folder_already_holds() {
     assert_eq!(folder_bytes(dir.path()), KEEP_TOTAL_BYTES - 3);
 }
 
-#[test]
-fn old_case_files_go_by_count_and_by_bytes_the_newest_stays() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = |name: &str, len: u64| {
-        let path = dir.path().join(name);
-        std::fs::File::create(&path).unwrap().set_len(len).unwrap();
-        (name.to_string(), path)
-    };
-    let mut cases: VecDeque<_> = [file("a", 10), file("b", 10), file("c", 10)].into();
-    drop_old_case_files(&mut cases, 2, 100);
-    let names =
-        |c: &VecDeque<(String, PathBuf)>| c.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&cases), ["b", "c"]);
-    assert!(!dir.path().join("a").exists());
-    // A large file pushes the older ones out; alone, it stays.
-    cases.push_back(file("big", 1000));
-    drop_old_case_files(&mut cases, 8, 100);
-    assert_eq!(names(&cases), ["big"]);
-    assert!(dir.path().join("big").exists() && !dir.path().join("c").exists());
-    // The next case's file pushes the large one out.
-    cases.push_back(file("d", 10));
-    drop_old_case_files(&mut cases, 8, 100);
-    assert_eq!(names(&cases), ["d"]);
-}
-
 /// A worker whose route answers are `num_splits` = the shape's batch, each written `copies`
 /// times, echoing the request's id when `echo` is set.
 fn route_worker(copies: usize, echo: bool) -> WorkerRunner {
