@@ -12,7 +12,9 @@ relattn_worker.py, the workers' library, re-exports every name here: workers imp
 
 import json
 import math
+import mmap
 import os
+import stat
 import struct
 import tempfile
 
@@ -61,12 +63,23 @@ def round_to_dtype(values, dtype):
     raise ValueError(f"unknown dtype {dtype!r}, expected one of {FLOAT_DTYPES}")
 
 
+# A file at least this large is mapped (copy on write) instead of read: its pages are read as the
+# tensors are used, once (a torch worker copies them to the GPU), and shared with the page cache
+# or the memory file system instead of copied (seconds, and gigabytes of memory, for the 2**31
+# cases). Smaller files are read.
+MMAP_BYTES = 64 << 20
+
+
 def read_safetensors(path):
     """Parse a safetensors file: returns ({name: (dtype, shape, raw bytes)}, metadata dict)."""
     # A writable buffer: torch can build tensors on its bytes without a copy or a warning.
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size:
+        info = os.fstat(f.fileno())
+        size = info.st_size
+        if size >= MMAP_BYTES and stat.S_ISREG(info.st_mode):
+            # relattn's own case files, read-only and never truncated while read.
+            blob = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+        elif size:
             blob = bytearray(size)
             del blob[f.readinto(blob):]   # a file that shrank while read: its bytes, in place
         else:   # a pipe or a file of unknown size

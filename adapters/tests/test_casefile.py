@@ -5,6 +5,7 @@ import os
 import struct
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 
@@ -48,6 +49,26 @@ class RoundTrip(TempDir):
                 self.assertEqual((back.rel_extent, back.window_left), (8, 5))
                 self.assertEqual((back.case_id, back.seed, back.cache_layout), ("test1", 1, "contiguous"))
                 self.assertEqual(back.row_layout, "padded")
+
+    def test_a_mapped_file_reads_as_a_read_one_and_stays_writable(self):
+        import casefile
+        case = random_case(seed=3, dtype="BF16", window_left=5)
+        write_case(self.path("c.safetensors"), case)
+        os.chmod(self.path("c.safetensors"), 0o444)
+        read = read_case(self.path("c.safetensors"))
+        with mock.patch.object(casefile, "MMAP_BYTES", 1):
+            mapped = read_case(self.path("c.safetensors"))
+            tensors, _ = casefile.read_safetensors(self.path("c.safetensors"))
+        # torch.frombuffer takes the bytes without a copy or a warning only when writable.
+        self.assertFalse(memoryview(mapped.stored("key_cache").raw).readonly)
+        for name in ("q", "key_cache", "value_cache", "rel_logits"):
+            self.assertTrue(same_with_nan(getattr(mapped, name), getattr(read, name)), name)
+        self.assertEqual(sorted(tensors), sorted(casefile.read_safetensors(self.path("c.safetensors"))[0]))
+        # A change made through the buffer stays the reader's: the file is as written.
+        with mock.patch.object(casefile, "MMAP_BYTES", 1):
+            raw = casefile.read_safetensors(self.path("c.safetensors"))[0]["q"][2]
+            raw[:2] = b"\xff\xff"
+        self.assertTrue(same_with_nan(read_case(self.path("c.safetensors")).q, read.q))
 
     def test_row_layout_round_trips_and_is_written_only_away_from_padded(self):
         case = random_case(seed=2)

@@ -9,6 +9,12 @@
 //!
 //! A file no case owns (a triage variant, a user's case file for `exec`) lives until the same
 //! process's next request: a failing trial's files are kept with the report in between.
+//!
+//! The files go to memory (`/dev/shm`) when it has room for them, else to the temporary folder:
+//! gigabytes written to a disk wait for its write-back, and stall every process writing to that
+//! disk meanwhile (the runs' logs included). `$RELATTN_CASE_FILES_DIR` names the folder instead.
+//! Memory taken this way is within what the machine's ledger reserves for the case
+//! (`engine::memory_gate::footprint`).
 
 use crate::runner::CaseAlive;
 use relattn_common::files::{open_regular, read_limited};
@@ -38,9 +44,18 @@ struct Entry {
     file: Written,
 }
 
-/// The run's case folder and the files in it by case id.
+/// The environment variable naming the folder of the workers' case files.
+pub const ENV: &str = "RELATTN_CASE_FILES_DIR";
+/// Memory left free in `/dev/shm` beside a case file written there, and the share of what it
+/// has free that one file may take.
+const SHM_SPARE_BYTES: u64 = 1 << 30;
+const SHM_SHARE: u64 = 2;
+
+/// The pool's case folders (in memory when it has room, else the temporary folder) and the
+/// files in them by case id.
 pub struct CaseFiles {
     dir: tempfile::TempDir,
+    memory: Option<tempfile::TempDir>,
     entries: Mutex<Vec<Entry>>,
     next: AtomicU64,
 }
@@ -51,31 +66,80 @@ pub enum Source<'a> {
     File(&'a Path),
 }
 
+impl Source<'_> {
+    /// About the bytes of the file (the header aside).
+    fn bytes(&self) -> u64 {
+        match self {
+            Source::File(f) => std::fs::metadata(f).map_or(0, |m| m.len()),
+            Source::Problem(p, _) => {
+                let cache = 2 * p.num_blocks * p.page_size * p.num_kv_heads * p.head_dim;
+                let floats = p.q.len() + p.rel_logits.len() + cache;
+                let ints = p.block_table.len() + p.seqused_k.len() + p.cu_seqlens_q.len();
+                (floats * p.dtype.size_bytes() + ints * 4) as u64
+            }
+        }
+    }
+}
+
 impl CaseFiles {
     pub fn new() -> Result<CaseFiles, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("relattn-cases-")
-            .tempdir()
-            .map_err(|e| format!("cannot make a folder for worker case files: {e}"))?;
-        super::live::add_folder(dir.path());
+        let chosen = std::env::var_os(ENV).filter(|v| !v.is_empty());
+        let folder = |within: &Path| {
+            let dir = tempfile::Builder::new()
+                .prefix("relattn-cases-")
+                .tempdir_in(within)
+                .map_err(|e| {
+                    format!(
+                        "cannot make a folder for worker case files in {}: {e}",
+                        within.display()
+                    )
+                })?;
+            super::live::add_folder(dir.path());
+            Ok::<_, String>(dir)
+        };
+        let dir = folder(
+            &chosen
+                .clone()
+                .map_or_else(std::env::temp_dir, PathBuf::from),
+        )?;
+        let shm = Path::new("/dev/shm");
+        let memory = (chosen.is_none() && shm.is_dir())
+            .then(|| folder(shm).ok())
+            .flatten();
         Ok(CaseFiles {
             dir,
+            memory,
             entries: Mutex::new(Vec::new()),
             next: AtomicU64::new(0),
         })
     }
 
+    /// The folder of the files that are not in memory.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The folder for a file of `bytes`: memory when it has room for it, else `dir`.
+    fn folder_for(&self, bytes: u64) -> &Path {
+        let fits = |dir: &Path| {
+            rustix::fs::statvfs(dir).is_ok_and(|s| {
+                let free = s.f_bavail.saturating_mul(s.f_frsize);
+                bytes.saturating_add(SHM_SPARE_BYTES) <= free / SHM_SHARE
+            })
+        };
+        match &self.memory {
+            Some(m) if fits(m.path()) => m.path(),
+            _ => self.dir.path(),
+        }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn new_path(&self) -> PathBuf {
+    fn new_path(&self, bytes: u64) -> PathBuf {
         let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.dir.path().join(format!("case-{n}.safetensors"))
+        self.folder_for(bytes).join(format!("case-{n}.safetensors"))
     }
 
     /// Remove the files of the cases the run no longer holds.
@@ -165,7 +229,7 @@ impl CaseFiles {
     }
 
     fn write(&self, source: Source<'_>) -> Result<PathBuf, String> {
-        let file = self.new_path();
+        let file = self.new_path(source.bytes());
         let written = match source {
             Source::Problem(problem, meta) => {
                 write_case(&file, problem, meta).map_err(|e| e.to_string())
@@ -202,6 +266,9 @@ fn copy_read_only(from: &Path, to: &Path) -> std::io::Result<()> {
 impl Drop for CaseFiles {
     fn drop(&mut self) {
         super::live::remove_folder(self.dir.path());
+        if let Some(m) = &self.memory {
+            super::live::remove_folder(m.path());
+        }
     }
 }
 
@@ -210,8 +277,14 @@ mod tests {
     use super::*;
     use std::any::Any;
 
-    fn files_in(dir: &Path) -> usize {
-        std::fs::read_dir(dir).unwrap().count()
+    /// Files in both of `files`' folders.
+    fn count(files: &CaseFiles) -> usize {
+        let folders = [Some(files.dir()), files.memory.as_ref().map(|m| m.path())];
+        folders
+            .into_iter()
+            .flatten()
+            .map(|d| std::fs::read_dir(d).unwrap().count())
+            .sum()
     }
 
     fn user_file(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -233,7 +306,7 @@ mod tests {
         let again = files.shared("a", &alive, Source::File(&b)).unwrap();
         assert_eq!(first, again);
         assert_eq!(std::fs::read_to_string(&first).unwrap(), "case a");
-        assert_eq!(files_in(files.dir()), 1);
+        assert_eq!(count(&files), 1);
         // Another case with the same id from another run's engine is another file.
         let other: Arc<dyn Any + Send + Sync> = Arc::new(2u8);
         let second = files
@@ -247,7 +320,7 @@ mod tests {
         assert!(!first.exists() && second.exists());
         drop(other);
         let third = files.one_off(Source::File(&a)).unwrap();
-        assert_eq!(files_in(files.dir()), 1);
+        assert_eq!(count(&files), 1);
         assert!(third.exists());
     }
 
@@ -265,7 +338,7 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert!(paths.iter().all(|p| *p == paths[0]));
-        assert_eq!(files_in(files.dir()), 1);
+        assert_eq!(count(&files), 1);
     }
 
     #[test]
@@ -279,7 +352,7 @@ mod tests {
             .shared("a", &alive, Source::File(&missing))
             .unwrap_err();
         assert!(e.contains("cannot copy case file"), "{e}");
-        assert_eq!(files_in(files.dir()), 0);
+        assert_eq!(count(&files), 0);
         let a = user_file(user.path(), "a", "now here");
         let path = files.shared("a", &alive, Source::File(&a)).unwrap();
         assert_eq!(std::fs::read_to_string(path).unwrap(), "now here");
@@ -306,14 +379,27 @@ mod tests {
     }
 
     #[test]
-    fn the_folder_goes_with_the_files() {
+    fn the_folders_go_with_the_files() {
         let files = CaseFiles::new().unwrap();
-        let dir = files.dir().to_path_buf();
+        let dirs = [Some(files.dir()), files.memory.as_ref().map(|m| m.path())]
+            .into_iter()
+            .flatten()
+            .map(Path::to_path_buf)
+            .collect::<Vec<_>>();
         let user = tempfile::tempdir().unwrap();
         files
             .one_off(Source::File(&user_file(user.path(), "a", "a")))
             .unwrap();
         drop(files);
-        assert!(!dir.exists());
+        assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?}");
+    }
+
+    #[test]
+    fn a_file_goes_to_memory_only_when_it_has_room() {
+        let files = CaseFiles::new().unwrap();
+        assert_eq!(files.folder_for(u64::MAX / 2), files.dir());
+        if let Some(m) = &files.memory {
+            assert_eq!(files.folder_for(1 << 20), m.path());
+        }
     }
 }

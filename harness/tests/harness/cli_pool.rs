@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::process::Output;
 
+const ENV: &str = "RELATTN_CASE_FILES_DIR";
+
 fn faulty() -> String {
     format!(
         "python3 {}",
@@ -105,8 +107,8 @@ fn a_pool_runs_each_trial_once_with_its_processes_side_by_side() {
 
 /// A pool's case files are one folder for all its processes (the faulty worker with three
 /// paths: each case read by three trials from one file), holding only the cases in flight, and
-/// go with the run. (Two processes asking for one case at once share one write:
-/// `worker::case_files`' tests.)
+/// go with the run, from the folder `RELATTN_CASE_FILES_DIR` names. (Two processes asking for
+/// one case at once share one write: `worker::case_files`' tests.)
 #[test]
 fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
     let dir = tempfile::tempdir().unwrap();
@@ -120,7 +122,7 @@ fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
             ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
             ("RELATTN_FAULTY_SLOW_MS", "20"),
             ("RELATTN_FAULTY_HELLO", "paths:3"),
-            ("TMPDIR", tmp.to_str().unwrap()),
+            ("RELATTN_CASE_FILES_DIR", tmp.to_str().unwrap()),
         ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -140,6 +142,7 @@ fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
         .map(|r| Path::new(&r.3).parent().unwrap().to_path_buf())
         .collect();
     assert_eq!(folders.len(), 1, "{folders:?}");
+    assert!(folders.iter().all(|f| f.starts_with(&tmp)), "{folders:?}");
     // Cases whose trials are done are not kept: the folder holds about the cases in flight.
     let most = runs.iter().map(|r| r.4).max().unwrap();
     assert!(
@@ -148,7 +151,7 @@ fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
         file_of.len()
     );
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
-    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    assert!(left.is_empty(), "left in {ENV}: {left:?}");
 }
 
 /// A worker that writes to the case file its pool reads fails that trial; the other worker's
