@@ -26,6 +26,7 @@ use relattn_matrices::{Case, SplitSetting};
 use relattn_reference::transform::finite_unread;
 use relattn_reference::Problem;
 use relattn_reports::Row;
+use std::sync::Arc;
 
 /// How the original run ended, as triage sorts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +86,7 @@ pub fn triage(
     row: &mut Row,
     trial: &Trial,
     case: &Case,
-    data: &CaseData,
+    data: &Arc<CaseData>,
     target: &Target,
     split: SplitSetting,
     runner: &dyn Runner,
@@ -107,16 +108,25 @@ pub fn triage(
         );
         return;
     }
+    let any: Arc<dyn std::any::Any + Send + Sync> = data.clone();
+    let alive = Arc::downgrade(&any);
     let run = |problem: &Problem, variant: &str, split: SplitSetting| {
-        // Another case id: runners keep a case's upload or file by its id.
-        let id = format!("{}+{variant}", case.id);
+        // The case again, through a worker: its file (a worker's process reads the file anew
+        // for each request), not another copy of gigabytes. Else another case id: the native
+        // runner keeps a case's upload by its id, and a variant's file is its own, gone at the
+        // process's next request.
+        let same_file =
+            std::ptr::eq(problem, &data.problem) && matches!(target, Target::Worker { .. });
+        let id = match same_file {
+            true => case.id.clone(),
+            false => format!("{}+{variant}", case.id),
+        };
         let req = RunRequest {
             trial: &trial.name,
             case_id: &id,
             problem,
             case_file: None,
-            // Each variant's file is its own, gone at the process's next request.
-            case_alive: None,
+            case_alive: same_file.then_some(&alive),
             target,
             split,
             timing: None,

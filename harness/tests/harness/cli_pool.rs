@@ -154,6 +154,35 @@ fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
     assert!(left.is_empty(), "left in {ENV}: {left:?}");
 }
 
+/// Triage runs a failing worker trial again on the case's own file (not another copy of it),
+/// and each variant on a file of its own.
+#[test]
+fn triage_runs_a_case_again_from_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("record");
+    let (o, _) = pool_run(
+        dir.path(),
+        "again",
+        2,
+        &[
+            ("RELATTN_FAULTY_RECORD", rec.to_str().unwrap()),
+            ("RELATTN_FAULTY_WRONG", "decode"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let mut by_trial: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (_, _, _, case, _, trial) in record_files(&rec) {
+        by_trial.entry(trial).or_default().push(case);
+    }
+    let triaged: Vec<_> = by_trial.values().filter(|files| files.len() > 1).collect();
+    assert!(!triaged.is_empty());
+    for files in triaged {
+        // The run, the run again (the same file), then the variants (files of their own).
+        assert_eq!(files[0], files[1], "{files:?}");
+        assert!(files[2..].iter().all(|f| f != &files[0]), "{files:?}");
+    }
+}
+
 /// A worker that writes to the case file its pool reads fails that trial; the other worker's
 /// trials read files of their own, as relattn wrote them.
 #[test]
