@@ -1,8 +1,10 @@
 //! Which worker trials share a kernel configuration, so a pool of worker processes compiles each
 //! configuration once per run: a JIT-compiled kernel (CuTe DSL, Triton) is specialised on the
 //! dtype, head counts and dim, page size, window, extent and the bucketed query length
-//! (docs/operator.md section 4.4), and on the split settings the case's trials force. A case's
-//! trials are one unit (one process, one case file); the queue hands units to a pool's processes.
+//! (docs/operator.md section 4.4), and on the split settings the case's trials force; each path
+//! of a worker is a kernel of its own. A case's trials on one path are one unit (one process);
+//! the queue hands units to a pool's processes, so a large case's paths run side by side, reading
+//! the one case file the pool keeps for it (`worker::case_files`).
 
 use crate::trial_list::Trial;
 use relattn_matrices::Case;
@@ -27,7 +29,7 @@ pub fn of_case(case: &Case) -> String {
     )
 }
 
-/// One case's trials for one worker: the unit a process takes (one case file, written once).
+/// One case's trials on one path of a worker: the unit a process takes.
 pub struct Unit {
     key: String,
     /// The case's bytes in memory: larger cases take longer, so they start first.
@@ -35,16 +37,23 @@ pub struct Unit {
     pub trials: Vec<Trial>,
 }
 
-/// `trials` as units, one per case.
+/// `trials` as units, one per case and path.
 pub fn units(trials: Vec<Trial>) -> Vec<Unit> {
-    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut index: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut out: Vec<Unit> = Vec::new();
     for t in trials {
         let case_id = t.case().map(|c| c.id.clone()).unwrap_or_default();
-        let at = *index.entry(case_id).or_insert_with(|| {
-            let (key, bytes) = t
-                .case()
-                .map_or((String::new(), 0), |c| (of_case(c), c.bytes()));
+        let path = match &t.kind {
+            crate::trial_list::TrialKind::Gpu {
+                target: crate::runner::Target::Worker { path, .. },
+                ..
+            } => path.clone(),
+            _ => String::new(),
+        };
+        let at = *index.entry((case_id, path.clone())).or_insert_with(|| {
+            let (key, bytes) = t.case().map_or((String::new(), 0), |c| {
+                (format!("{}:{path}", of_case(c)), c.bytes())
+            });
             out.push(Unit {
                 key,
                 bytes,
@@ -209,28 +218,40 @@ mod tests {
     }
 
     #[test]
-    fn a_cases_trials_are_one_unit_and_every_trial_is_in_one() {
+    fn a_cases_trials_on_a_path_are_one_unit_and_every_trial_is_in_one() {
         let cases = ci_cases();
         let all = trials(&cases);
         let n = all.len();
         let units = units(all);
-        assert_eq!(units.len(), cases.len());
+        // Two paths per case.
+        assert_eq!(units.len(), 2 * cases.len());
         assert_eq!(units.iter().map(|u| u.trials.len()).sum::<usize>(), n);
         let mut seen = HashSet::new();
         for u in &units {
-            let ids: HashSet<&str> = u
+            let ids: HashSet<(&str, &str)> = u
                 .trials
                 .iter()
-                .map(|t| t.case().unwrap().id.as_str())
+                .map(|t| match &t.kind {
+                    crate::trial_list::TrialKind::Gpu {
+                        case,
+                        target: crate::runner::Target::Worker { path, .. },
+                        ..
+                    } => (case.id.as_str(), path.as_str()),
+                    _ => unreachable!(),
+                })
                 .collect();
             assert_eq!(ids.len(), 1);
+            assert!(u
+                .key
+                .ends_with(&format!(":{}", ids.iter().next().unwrap().1)));
             for t in &u.trials {
                 assert!(seen.insert(t.name.clone()), "{} twice", t.name);
             }
         }
+        // Cases share configurations: fewer keys than units.
         let keys: HashSet<&str> = units.iter().map(Unit::key).collect();
         assert!(
-            keys.len() > 10 && keys.len() < cases.len(),
+            keys.len() > 10 && keys.len() < units.len(),
             "{}",
             keys.len()
         );

@@ -44,9 +44,9 @@ const SUFFIX: &str = ".entry";
 /// and as stored (in the case's dtype, as a case file holds them): relattn holds the floats
 /// (generating a case peaks there: 12.6 GB for a case of 12.9 GB of floats) and, reading a case
 /// file, its stored bytes beside them; each worker that runs it loads at most the floats (the
-/// numpy workers; the torch workers keep the stored bytes instead), and the run's one case file
-/// of it (in a temporary folder, which may be memory) is within that. So: both, once for
-/// relattn and once per worker.
+/// numpy workers; the torch workers map the case file instead, in pages its processes share),
+/// and the pool's one case file of it (in a folder which may be memory) is within that. So:
+/// both, once for relattn and once per worker.
 pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: usize) -> u64 {
     float_bytes
         .saturating_add(stored_bytes)

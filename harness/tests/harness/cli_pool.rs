@@ -105,12 +105,11 @@ fn a_pool_runs_each_trial_once_with_its_processes_side_by_side() {
     assert!(overlapping, "the pool's processes never ran side by side");
 }
 
-/// A pool's case files are one folder for all its processes (the faulty worker with three
-/// paths: each case read by three trials from one file), holding only the cases in flight, and
-/// go with the run, from the folder `RELATTN_CASE_FILES_DIR` names. (Two processes asking for
-/// one case at once share one write: `worker::case_files`' tests.)
+/// A case's paths run side by side in the pool's processes (the faulty worker with three paths),
+/// all reading the case's one file; the pool's case files are one folder, holding only the cases
+/// in flight, and go with the run, from the folder `RELATTN_CASE_FILES_DIR` names.
 #[test]
-fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
+fn a_cases_paths_run_side_by_side_from_one_file() {
     let dir = tempfile::tempdir().unwrap();
     let (rec, tmp) = (dir.path().join("record"), dir.path().join("tmp"));
     std::fs::create_dir(&tmp).unwrap();
@@ -137,6 +136,13 @@ fn a_pools_case_files_are_one_folder_of_the_cases_in_flight() {
         assert_eq!(first, case, "{trial}: another file for the same case");
     }
     assert!(runs.len() >= 3 * file_of.len(), "{} trials", runs.len());
+    let side_by_side = file_of.keys().any(|id| {
+        let of_case: Vec<_> = runs.iter().filter(|r| r.5.ends_with(id.as_str())).collect();
+        of_case
+            .iter()
+            .any(|a| of_case.iter().any(|b| a.0 != b.0 && a.1 < b.2 && b.1 < a.2))
+    });
+    assert!(side_by_side, "no case ran in two processes at once");
     let folders: HashSet<_> = runs
         .iter()
         .map(|r| Path::new(&r.3).parent().unwrap().to_path_buf())
