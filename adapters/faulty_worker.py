@@ -236,6 +236,8 @@ class FaultyWorker(Worker):
             raise RuntimeError(f"planted{CONTROL_TEXT}")
         if mode == "OVERWRITE":
             try:
+                # Read-only is no obstacle to its owner (nor to root).
+                os.chmod(self.request["case"], 0o644)
                 with open(self.request["case"], "wb") as f:
                     f.write(b"overwritten by the faulty worker")
             except OSError as e:

@@ -301,12 +301,16 @@ def release_device_memory(torch=None):
     CACHED_DEVICE_BYTES_KEPT (a worker that never imported torch, or never used CUDA: nothing)."""
     torch = torch or sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
-    if cuda is None or not cuda.is_initialized():
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return False
+        if cuda.memory_reserved() - cuda.memory_allocated() <= CACHED_DEVICE_BYTES_KEPT:
+            return False
+        cuda.empty_cache()
+        return True
+    except Exception as e:  # a CUDA error after the run: the run's answer stands
+        log(f"relattn_worker: device memory not given back: {type(e).__name__}: {e}")
         return False
-    if cuda.memory_reserved() - cuda.memory_allocated() <= CACHED_DEVICE_BYTES_KEPT:
-        return False
-    cuda.empty_cache()
-    return True
 
 
 # A compiled kernel in a JIT cache: a Triton kernel's cubin, a CuTe DSL kernel exported by FA4's

@@ -216,6 +216,13 @@ class ReleaseDeviceMemory(unittest.TestCase):
             self.assertFalse(relattn_worker.release_device_memory(torch))
             torch.cuda.empty_cache.assert_not_called()
 
+    def test_a_cuda_error_afterwards_is_not_the_runs(self):
+        torch = self.fake_torch(True, 0, 0)
+        torch.cuda.memory_reserved.side_effect = RuntimeError("CUDA error: an illegal memory access")
+        with mock.patch.object(relattn_worker, "log") as log:
+            self.assertFalse(relattn_worker.release_device_memory(torch))
+        self.assertIn("not given back", log.call_args[0][0])
+
     def test_a_worker_without_torch_does_nothing(self):
         with mock.patch.dict("sys.modules", {"torch": None}):
             self.assertFalse(relattn_worker.release_device_memory())

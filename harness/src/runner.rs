@@ -15,9 +15,37 @@ use relattn_routing::PathId;
 use std::path::Path;
 use std::str::FromStr;
 
-/// What tells a worker that the run still needs a case (its file stays while any strong
-/// reference to the case's data lives).
-pub type CaseAlive = std::sync::Weak<dyn std::any::Any + Send + Sync>;
+/// A case's life in a run: what a runner keeps for the case alone (a worker's case file) goes
+/// when it ends (`on_end`), when the engine drops the case.
+#[derive(Default)]
+pub struct CaseLife {
+    ends: std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+}
+
+impl CaseLife {
+    /// Call `f` when the case's life ends.
+    pub fn on_end(&self, f: impl FnOnce() + Send + 'static) {
+        self.ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(f));
+    }
+}
+
+impl std::fmt::Debug for CaseLife {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CaseLife")
+    }
+}
+
+impl Drop for CaseLife {
+    fn drop(&mut self) {
+        let ends = std::mem::take(self.ends.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for f in ends {
+            f();
+        }
+    }
+}
 
 /// What to run a case on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,9 +89,9 @@ pub struct RunRequest<'a> {
     pub problem: &'a Problem,
     /// The case as a file, when there is one already (`exec`): workers read it directly.
     pub case_file: Option<&'a Path>,
-    /// While the case lives (the engine's case data): workers keep one file of it for every
-    /// process until then. None: the case is this request's alone (a triage variant).
-    pub case_alive: Option<&'a CaseAlive>,
+    /// The case's life (the engine's case data): workers keep one file of it for every process
+    /// until it ends. None: the case is this request's alone (`exec`'s file).
+    pub case_life: Option<&'a CaseLife>,
     pub target: &'a Target,
     pub split: SplitSetting,
     pub timing: Option<Timing>,

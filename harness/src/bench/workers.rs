@@ -23,8 +23,7 @@ pub fn time_workers(
     let figures = Figures::of(problem);
     let case_id = format!("bench-{shape}-seed{seed}");
     // One case file for every worker and path, gone when this shape is done.
-    let case: std::sync::Arc<dyn std::any::Any + Send + Sync> = std::sync::Arc::new(());
-    let alive = std::sync::Arc::downgrade(&case);
+    let life = crate::runner::CaseLife::default();
     let mut rows = Vec::new();
     for (index, w) in workers.iter().enumerate() {
         for path in &w.hello.paths {
@@ -41,7 +40,7 @@ pub fn time_workers(
                 case_id: &case_id,
                 problem,
                 case_file: None,
-                case_alive: Some(&alive),
+                case_life: Some(&life),
                 target: &target,
                 split: SplitSetting::Policy,
                 timing: Some(timing),

@@ -139,7 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         case_id: &case_id,
         problem: &problem,
         case_file: Some(&args.input),
-        case_alive: None,
+        case_life: None,
         target: &target,
         split,
         timing: None,

@@ -19,6 +19,8 @@ pub struct CaseData {
     ref_lp: OnceLock<RefOutput>,
     /// The case's memory in the machine's ledger, held while the case is (`memory_gate`).
     memory: Option<Reservation>,
+    /// What runners keep for the case (a worker's case file) goes with it.
+    pub life: crate::runner::CaseLife,
 }
 
 impl CaseData {
@@ -51,6 +53,7 @@ impl CaseData {
             ref64: OnceLock::new(),
             ref_lp: OnceLock::new(),
             memory: None,
+            life: Default::default(),
         })
     }
 

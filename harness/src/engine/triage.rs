@@ -20,7 +20,7 @@
 
 use super::cases::CaseData;
 use super::causes::meaning;
-use crate::runner::{RunError, RunOutput, RunRequest, Runner, Target};
+use crate::runner::{CaseLife, RunError, RunOutput, RunRequest, Runner, Target};
 use crate::trial_list::Trial;
 use relattn_matrices::{Case, SplitSetting};
 use relattn_reference::transform::finite_unread;
@@ -108,13 +108,12 @@ pub fn triage(
         );
         return;
     }
-    let any: Arc<dyn std::any::Any + Send + Sync> = data.clone();
-    let alive = Arc::downgrade(&any);
     let run = |problem: &Problem, variant: &str, split: SplitSetting| {
         // The case again, through a worker: its file (a worker's process reads the file anew
-        // for each request), not another copy of gigabytes. Else another case id: the native
-        // runner keeps a case's upload by its id, and a variant's file is its own, gone at the
-        // process's next request.
+        // for each request), not another copy of gigabytes. Else another case id (the native
+        // runner keeps a case's upload by its id) and a life of the run's: a variant's file
+        // goes when its run ends.
+        let own = CaseLife::default();
         let same_file =
             std::ptr::eq(problem, &data.problem) && matches!(target, Target::Worker { .. });
         let id = match same_file {
@@ -126,7 +125,7 @@ pub fn triage(
             case_id: &id,
             problem,
             case_file: None,
-            case_alive: same_file.then_some(&alive),
+            case_life: Some(if same_file { &data.life } else { &own }),
             target,
             split,
             timing: None,

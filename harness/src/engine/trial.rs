@@ -76,14 +76,12 @@ pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> S
             let held = store.get(case);
             match (held.data(), runners.for_target(target)) {
                 (Ok(data), Some((runner, slot))) => {
-                    let any: Arc<dyn std::any::Any + Send + Sync> = data.clone();
-                    let alive = Arc::downgrade(&any);
                     let req = RunRequest {
                         trial: &trial.name,
                         case_id: &case.id,
                         problem: &data.problem,
                         case_file: None,
-                        case_alive: Some(&alive),
+                        case_life: Some(&data.life),
                         target,
                         split: *split,
                         timing: None,

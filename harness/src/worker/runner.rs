@@ -130,7 +130,7 @@ pub struct WorkerRunner {
     timeout: Duration,
     members: Vec<Member>,
     /// The case files, shared by the pool's processes.
-    files: CaseFiles,
+    files: std::sync::Arc<CaseFiles>,
 }
 
 /// Start the worker and read its `hello`. Every failure here is the user's to fix (a command
@@ -284,10 +284,10 @@ impl WorkerRunner {
         tail
     }
 
-    /// The case file of `req`, always one in the worker's case folder and read-only, so a
+    /// The case file of `req`, always one in the worker's case folders and read-only, so a
     /// worker never writes to a file of the user's: the case's file shared by the pool's
-    /// processes while the case lives, else one of its own (a copy of the user's file for `exec`, a triage
-    /// variant), and whether it is the latter.
+    /// processes while the case lives, else one of its own (a copy of the user's file for
+    /// `exec`), and whether it is the latter.
     fn case_file(&self, req: &RunRequest<'_>) -> Result<(PathBuf, bool), String> {
         let meta = CaseMeta {
             case_id: Some(req.case_id.to_string()),
@@ -298,8 +298,8 @@ impl WorkerRunner {
             Some(from) => Source::File(from),
             None => Source::Problem(req.problem, &meta),
         };
-        match req.case_alive {
-            Some(alive) => Ok((self.files.shared(req.case_id, alive, source)?, false)),
+        match req.case_life {
+            Some(life) => Ok((self.files.shared(req.case_id, life, source)?, false)),
             None => Ok((self.files.one_off(source)?, true)),
         }
     }
@@ -370,7 +370,8 @@ impl Runner for WorkerRunner {
             }
             st.watch = None;
             return Err(RunError::Other(format!(
-                "the worker wrote to its case file {} (read-only, and read by every process of its pool); restarting it for the next trial",
+                "the worker wrote to its case file {} (read-only, and read by every process of \
+                 its pool); restarting it for the next trial",
                 case.display()
             )));
         }
