@@ -291,8 +291,8 @@ def _run_request(worker, request):
 
 
 # Device memory PyTorch's caching allocator may keep between runs. A process of a pool holds what
-# its largest case took (gigabytes for the 2**31 cases) unless it gives it back: eight runs of
-# sixteen processes each on one 80 GB GPU ran out of memory that way.
+# its largest case took (gigabytes for the 2**31 cases) unless it gives it back: eight runs side
+# by side on one 80 GB GPU ran out of device memory, most likely that way.
 CACHED_DEVICE_BYTES_KEPT = 1 << 30
 
 

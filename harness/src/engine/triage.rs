@@ -26,7 +26,6 @@ use relattn_matrices::{Case, SplitSetting};
 use relattn_reference::transform::finite_unread;
 use relattn_reference::Problem;
 use relattn_reports::Row;
-use std::sync::Arc;
 
 /// How the original run ended, as triage sorts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +85,7 @@ pub fn triage(
     row: &mut Row,
     trial: &Trial,
     case: &Case,
-    data: &Arc<CaseData>,
+    data: &CaseData,
     target: &Target,
     split: SplitSetting,
     runner: &dyn Runner,

@@ -264,16 +264,17 @@ impl CaseFiles {
     /// request for its case writes it again.
     pub fn intact(&self, path: &Path) -> bool {
         let mut entries = self.entries();
-        let Some(at) = entries
+        let found = entries
             .iter()
-            .position(|e| matches!(e.file.get(), Some(Ok((p, _))) if p == path))
-        else {
+            .enumerate()
+            .find_map(|(at, e)| match e.file.get() {
+                Some(Ok((p, written))) if p == path => Some((at, *written)),
+                _ => None,
+            });
+        let Some((at, written)) = found else {
             return true;
         };
-        let Some(Ok((_, written))) = entries[at].file.get() else {
-            return true;
-        };
-        if stamp(path) == Some(*written) {
+        if stamp(path) == Some(written) {
             return true;
         }
         entries.remove(at);

@@ -35,13 +35,32 @@ struct State {
     last_death: String,
     /// Files written so far (names are unique within the folder).
     files: u64,
-    /// The last run's trial, case file and output file (kept until the next run, so a failing
-    /// trial's files can be kept with its report), and whether the case file is this process's
-    /// alone (removed then too; a shared one goes with its case: `CaseFiles`).
-    last: Option<(String, PathBuf, PathBuf)>,
-    last_case_alone: bool,
+    /// The last run's files, kept until the next run so a failing trial's can be kept with its
+    /// report.
+    last: Option<Last>,
     /// Id of the last `route` request.
     route_id: u64,
+}
+
+/// A run's trial, case file and output file, and whether the case file is this process's alone
+/// (removed with the output; a shared one goes with its case: `CaseFiles`).
+#[derive(Clone)]
+struct Last {
+    trial: String,
+    case: PathBuf,
+    out: PathBuf,
+    case_alone: bool,
+}
+
+impl State {
+    /// End the live process without counting a death: the next trial starts a fresh one (and a
+    /// fresh sanitizer).
+    fn retire(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill();
+        }
+        self.watch = None;
+    }
 }
 
 /// One process of the pool: its own folder (output files, the sanitizer's logs), environment
@@ -69,7 +88,6 @@ impl Member {
                 last_death: String::new(),
                 files: 0,
                 last: None,
-                last_case_alone: false,
                 route_id: 0,
             }),
         })
@@ -331,20 +349,24 @@ impl Runner for WorkerRunner {
         };
         let member = &self.members[slot % self.members.len()];
         let mut st = member.lock();
-        if let Some((_, case, out)) = st.last.take() {
-            if st.last_case_alone {
-                let _ = std::fs::remove_file(case);
+        if let Some(last) = st.last.take() {
+            if last.case_alone {
+                let _ = std::fs::remove_file(last.case);
             }
-            let _ = std::fs::remove_file(out);
+            let _ = std::fs::remove_file(last.out);
         }
         let (case, alone) = self.case_file(req).map_err(RunError::Other)?;
-        st.last_case_alone = alone;
         st.files += 1;
         let out = member
             .dir
             .path()
             .join(format!("out-{}.safetensors", st.files));
-        st.last = Some((req.trial.to_string(), case.clone(), out.clone()));
+        st.last = Some(Last {
+            trial: req.trial.to_string(),
+            case: case.clone(),
+            out: out.clone(),
+            case_alone: alone,
+        });
         let message = protocol::run_request(
             req.trial,
             &case.to_string_lossy(),
@@ -365,10 +387,7 @@ impl Runner for WorkerRunner {
         // case read (mode 0444 does not stop a worker run as root).
         if !alone && !self.files.intact(&case) {
             // Not a death (it answered): a fresh process for the next trial all the same.
-            if let Some(mut p) = st.process.take() {
-                p.kill();
-            }
-            st.watch = None;
+            st.retire();
             return Err(RunError::Other(format!(
                 "the worker wrote to its case file {} (read-only, and read by every process of \
                  its pool); restarting it for the next trial",
@@ -399,10 +418,7 @@ impl Runner for WorkerRunner {
         if errors.is_some() {
             // A fresh process (and sanitizer) for the next trial: its reports and its CUDA
             // context start clean. Not a death: the worker answered.
-            if let Some(mut p) = st.process.take() {
-                p.kill();
-            }
-            st.watch = None;
+            st.retire();
         }
         let (num_splits, ms) = match (answer, errors) {
             (RunAnswer::Unsupported(m), None) => return Err(RunError::Unsupported(m)),
@@ -441,13 +457,13 @@ impl Runner for WorkerRunner {
     fn keep(&self, trial: &str, dir: &Path) -> Option<Kept> {
         // The process that ran `trial` is idle (its thread asks); one busy with another trial
         // is not waited for.
-        let (_, case, out) = self.members.iter().find_map(|m| {
+        let Last { case, out, .. } = self.members.iter().find_map(|m| {
             m.state
                 .try_lock()
                 .ok()?
                 .last
                 .clone()
-                .filter(|(id, _, _)| id.as_str() == trial)
+                .filter(|last| last.trial == trial)
         })?;
         relattn_common::files::create_dir_nofollow(dir).ok()?;
         let stem = trial.replace("::", "-");

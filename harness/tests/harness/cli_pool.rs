@@ -25,24 +25,34 @@ fn pool_run(
     n: usize,
     env: &[(&str, &str)],
 ) -> (Output, std::path::PathBuf) {
+    pool_run_beside(dir, name, n, &[], env)
+}
+
+/// `pool_run` with the workers of `beside` (`--impl` arguments) beside the faulty one.
+fn pool_run_beside(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    beside: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, std::path::PathBuf) {
     let out = dir.join(name);
     let (worker, n) = (faulty(), n.to_string());
-    let o = relattn_with_numpy(
-        &[
-            "run",
-            "--matrix",
-            "smoke",
-            "--paths",
-            "none",
-            "--worker",
-            &worker,
-            "--worker-processes",
-            &n,
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        env,
-    );
+    let mut args = vec![
+        "run",
+        "--matrix",
+        "smoke",
+        "--paths",
+        "none",
+        "--worker",
+        &worker,
+        "--worker-processes",
+        &n,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(beside);
+    let o = relattn_with_numpy(&args, env);
     assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
     (o, out)
 }
@@ -194,23 +204,11 @@ fn triage_runs_a_case_again_from_its_file() {
 #[test]
 fn a_worker_that_writes_to_a_shared_case_file_fails_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let (out, worker) = (dir.path().join("overwrite"), faulty());
-    let o = relattn_with_numpy(
-        &[
-            "run",
-            "--matrix",
-            "smoke",
-            "--paths",
-            "none",
-            "--impl",
-            "numpy",
-            "--worker",
-            &worker,
-            "--worker-processes",
-            "2",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    let (o, out) = pool_run_beside(
+        dir.path(),
+        "overwrite",
+        2,
+        &["--impl", "numpy"],
         &[(
             "RELATTN_FAULTY_OVERWRITE",
             "faulty::faulty::global_e1024::h8_kv2",
