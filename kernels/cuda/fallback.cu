@@ -191,9 +191,9 @@ __device__ void fallback_decode(const Params& p) {
     merge_group<T>(p, c, m > 1 ? gridDim.x : 0, n, -1);
 }
 
-RELATTN_ENTRY(fallback_main_bf16, RelRowEntries<FallbackRow>::main, bf16)
-RELATTN_ENTRY(fallback_main_fp16, RelRowEntries<FallbackRow>::main, fp16)
-RELATTN_ENTRY(fallback_windowed_bf16, RelRowEntries<FallbackRow>::windowed, bf16)
-RELATTN_ENTRY(fallback_windowed_fp16, RelRowEntries<FallbackRow>::windowed, fp16)
-RELATTN_DECODE_ENTRY(fallback_decode_bf16, fallback_decode, bf16)
-RELATTN_DECODE_ENTRY(fallback_decode_fp16, fallback_decode, fp16)
+RELATTN_ENTRY(fallback, main, RelRowEntries<FallbackRow>::main, bf16)
+RELATTN_ENTRY(fallback, main, RelRowEntries<FallbackRow>::main, fp16)
+RELATTN_ENTRY(fallback, windowed, RelRowEntries<FallbackRow>::windowed, bf16)
+RELATTN_ENTRY(fallback, windowed, RelRowEntries<FallbackRow>::windowed, fp16)
+RELATTN_DECODE_ENTRY(fallback, decode, fallback_decode, bf16)
+RELATTN_DECODE_ENTRY(fallback, decode, fallback_decode, fp16)

@@ -29,7 +29,7 @@ struct ScoreModRow : RelRow<T, ScoreModRow<T>> {
     }
 };
 
-RELATTN_ENTRY(score_mod_main_bf16, RelRowEntries<ScoreModRow>::main, bf16)
-RELATTN_ENTRY(score_mod_main_fp16, RelRowEntries<ScoreModRow>::main, fp16)
-RELATTN_ENTRY(score_mod_windowed_bf16, RelRowEntries<ScoreModRow>::windowed, bf16)
-RELATTN_ENTRY(score_mod_windowed_fp16, RelRowEntries<ScoreModRow>::windowed, fp16)
+RELATTN_ENTRY(score_mod, main, RelRowEntries<ScoreModRow>::main, bf16)
+RELATTN_ENTRY(score_mod, main, RelRowEntries<ScoreModRow>::main, fp16)
+RELATTN_ENTRY(score_mod, windowed, RelRowEntries<ScoreModRow>::windowed, bf16)
+RELATTN_ENTRY(score_mod, windowed, RelRowEntries<ScoreModRow>::windowed, fp16)

@@ -142,9 +142,9 @@ __device__ void sheared_bias_combine(const Params& p) {
     combine_row<T>(p, t, h, [&](i64 s) { return s * tps < tiles; });
 }
 
-RELATTN_ENTRY(sheared_bias_prologue_bf16, sheared_bias_prologue, bf16)
-RELATTN_ENTRY(sheared_bias_prologue_fp16, sheared_bias_prologue, fp16)
-RELATTN_ENTRY(sheared_bias_main_bf16, sheared_bias_main, bf16)
-RELATTN_ENTRY(sheared_bias_main_fp16, sheared_bias_main, fp16)
-RELATTN_ENTRY(sheared_bias_combine_bf16, sheared_bias_combine, bf16)
-RELATTN_ENTRY(sheared_bias_combine_fp16, sheared_bias_combine, fp16)
+RELATTN_ENTRY(sheared_bias, prologue, sheared_bias_prologue, bf16)
+RELATTN_ENTRY(sheared_bias, prologue, sheared_bias_prologue, fp16)
+RELATTN_ENTRY(sheared_bias, main, sheared_bias_main, bf16)
+RELATTN_ENTRY(sheared_bias, main, sheared_bias_main, fp16)
+RELATTN_ENTRY(sheared_bias, combine, sheared_bias_combine, bf16)
+RELATTN_ENTRY(sheared_bias, combine, sheared_bias_combine, fp16)

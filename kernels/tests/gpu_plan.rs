@@ -130,10 +130,15 @@ fn every_entry_is_defined_in_its_path_source() {
         for &stage in path_kernels(path).stages {
             for dtype in DTYPES {
                 let name = entry_name(path, stage, dtype);
+                // The macros paste the entry's name from these parts (entry.cuh).
+                let (p, s, d) = (path.as_str(), stage.as_str(), dtype.name());
                 assert!(
                     ["RELATTN_ENTRY", "RELATTN_DECODE_ENTRY"]
                         .iter()
-                        .any(|m| text.contains(&format!("{m}({name},"))),
+                        .any(|m| text
+                            .lines()
+                            .any(|l| l.starts_with(&format!("{m}({p}, {s}, "))
+                                && l.ends_with(&format!(", {d})")))),
                     "{file} does not define {name}"
                 );
             }
@@ -141,7 +146,7 @@ fn every_entry_is_defined_in_its_path_source() {
         // No entry of another path leaks into this program.
         for other in PathId::ALL.into_iter().filter(|&o| o != path) {
             assert!(
-                !text.contains(&format!("ENTRY({}_", other.as_str())),
+                !text.contains(&format!("ENTRY({},", other.as_str())),
                 "{file} defines {other} entries"
             );
         }
@@ -159,12 +164,23 @@ fn every_entry_is_defined_in_its_path_source() {
 #[test]
 fn plan_options_follow_the_variant() {
     let plain = CompilePlan::all_paths("sm_90", Variant::PLAIN).unwrap();
-    // One program per (path, dtype), each keeping only its dtype's entries.
-    assert_eq!(plain.programs.len(), 3 * gpu::DTYPES.len());
+    // One program per entry (path, stage, dtype), each keeping only its dtype's and stage's.
+    let stages: usize = PathId::ALL
+        .iter()
+        .map(|&p| path_kernels(p).stages.len())
+        .sum();
+    assert_eq!(plain.programs.len(), stages * gpu::DTYPES.len());
     let mut all_entries = Vec::new();
-    for (i, p) in plain.programs.iter().enumerate() {
-        let dtype = gpu::DTYPES[i % gpu::DTYPES.len()];
-        assert_eq!(p.name, format!("{}_{}.cu", p.path, dtype.name()));
+    for p in &plain.programs {
+        let [entry] = p.entries.as_slice() else {
+            panic!("{} has entries {:?}", p.name, p.entries)
+        };
+        assert_eq!(p.name, format!("{entry}.cu"));
+        let (dtype, stage) = gpu::DTYPES
+            .iter()
+            .flat_map(|&d| path_kernels(p.path).stages.iter().map(move |&s| (d, s)))
+            .find(|&(d, s)| entry_name(p.path, s, d) == *entry)
+            .expect("the entry of one of its path's stages");
         assert_eq!(
             p.options,
             [
@@ -172,10 +188,9 @@ fn plan_options_follow_the_variant() {
                 "--std=c++17".into(),
                 "-default-device".into(),
                 format!("-DRELATTN_ONLY_{}", dtype.name()),
+                format!("-DRELATTN_ONLY_STAGE_{}", stage.as_str()),
             ]
         );
-        assert_eq!(p.entries, gpu::entries_of(p.path, dtype));
-        assert!(p.entries.iter().all(|e| e.ends_with(dtype.name())));
         all_entries.extend(p.entries.iter().cloned());
         // The path's own file, which includes the shared headers NVRTC gets in memory.
         assert_eq!(p.source, gpu::own_file(p.path).1);
@@ -225,7 +240,7 @@ fn plan_options_follow_the_variant() {
     let checked = CompilePlan::new("sm_100", v, &[PathId::Fallback, PathId::Fallback]).unwrap();
     assert_eq!(
         checked.programs.len(),
-        gpu::DTYPES.len(),
+        path_kernels(PathId::Fallback).stages.len() * gpu::DTYPES.len(),
         "duplicate paths compile once"
     );
     assert_eq!(
@@ -236,8 +251,21 @@ fn plan_options_follow_the_variant() {
             "-default-device",
             "-DRELATTN_BOUNDS_CHECK",
             "-DRELATTN_ONLY_bf16",
+            "-DRELATTN_ONLY_STAGE_main",
         ]
     );
+    // NVRTC's front end takes a path's stages together: one program per (path, dtype).
+    let whole = CompilePlan::per_dtype("sm_90", Variant::PLAIN).unwrap();
+    assert_eq!(whole.programs.len(), 3 * gpu::DTYPES.len());
+    for (i, p) in whole.programs.iter().enumerate() {
+        let dtype = gpu::DTYPES[i % gpu::DTYPES.len()];
+        assert_eq!(p.name, format!("{}_{}.cu", p.path, dtype.name()));
+        assert_eq!(p.entries, gpu::entries_of(p.path, dtype));
+        assert_eq!(
+            p.options.last(),
+            Some(&format!("-DRELATTN_ONLY_{}", dtype.name()))
+        );
+    }
     // The defect is an edit of the program's sources, not a define.
     let edited = &Mutant::KvHeadModulo.patches()[0];
     assert_eq!(edited.file, "rel_row.cuh");
@@ -606,4 +634,54 @@ fn every_build_passes_nvrtcs_front_end() {
             .collect();
         assert!(failed.is_empty(), "{}", failed.join("\n"));
     }
+}
+
+/// A program of one stage defines that stage's entry and no other (entry.cuh's stage defines),
+/// and a compiled program that lacks an entry it must define is an NVRTC error, not a CUBIN
+/// that fails first when a device loads it. Compiles sheared_bias' two small stages only (a
+/// fraction of a second); needs NVRTC as the front-end check does.
+#[test]
+fn a_stages_program_defines_its_entry_alone() {
+    if !gpu::nvrtc_available() {
+        assert!(
+            std::env::var_os("RELATTN_REQUIRE_NVRTC").is_none(),
+            "RELATTN_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
+        );
+        eprintln!("skipped: libnvrtc cannot be loaded on this machine");
+        return;
+    }
+    let mut plan = CompilePlan::new("sm_80", Variant::PLAIN, &[PathId::ShearedBias]).unwrap();
+    plan.programs
+        .retain(|p| p.name.contains("_prologue_") || p.name.contains("_combine_"));
+    assert_eq!(plan.programs.len(), 2 * DTYPES.len());
+    let compiled = gpu::compile(&plan).unwrap_or_else(|e| panic!("{e}"));
+    let holds = |cubin: &[u8], name: &str| {
+        let name = format!("{name}\0");
+        cubin.windows(name.len()).any(|w| w == name.as_bytes())
+    };
+    for p in &compiled.programs {
+        for stage in path_kernels(PathId::ShearedBias).stages {
+            for dtype in DTYPES {
+                let entry = entry_name(PathId::ShearedBias, *stage, dtype);
+                assert_eq!(
+                    holds(&p.cubin, &entry),
+                    p.entries == [entry.clone()],
+                    "{} and {entry}",
+                    p.name
+                );
+            }
+        }
+    }
+    plan.programs.truncate(1);
+    plan.programs[0]
+        .entries
+        .push("sheared_bias_main_bf16".into());
+    let err = match gpu::compile(&plan) {
+        Ok(_) => panic!("a program without one of its entries compiled"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("the CUBIN has no kernel named sheared_bias_main_bf16"),
+        "{err}"
+    );
 }

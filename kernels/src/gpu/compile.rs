@@ -106,6 +106,14 @@ fn store(key: &str, cubin: &Arc<Vec<u8>>) {
     }
 }
 
+/// Whether a CUBIN's symbol names hold `entry` (NUL-terminated, as an ELF string table keeps it;
+/// its kernel's section names end with it too).
+fn defines(cubin: &[u8], entry: &str) -> bool {
+    let mut name = entry.as_bytes().to_vec();
+    name.push(0);
+    cubin.windows(name.len()).any(|w| w == name.as_slice())
+}
+
 fn compile_one(
     p: &ProgramBuild,
     arch: &str,
@@ -127,6 +135,15 @@ fn compile_one(
                 bytes
             }
         };
+    // An entry the program lost (a define keeping the wrong stage or dtype) fails here, on
+    // machines without a GPU too, not first when a device loads it.
+    if let Some(missing) = p.entries.iter().find(|e| !defines(&cubin, e)) {
+        return Err(GpuError::Nvrtc {
+            program: p.name.clone(),
+            arch: arch.to_string(),
+            log: format!("the CUBIN has no kernel named {missing}"),
+        });
+    }
     Ok(CompiledProgram {
         path: p.path,
         name: p.name.clone(),
@@ -197,7 +214,7 @@ pub fn syntax_check(arch: &str) -> Result<Vec<CheckRecord>, GpuError> {
     }));
     let mut jobs = Vec::new();
     for variant in variants {
-        for program in CompilePlan::all_paths(arch, variant)?.programs {
+        for program in CompilePlan::per_dtype(arch, variant)?.programs {
             jobs.push((variant, program));
         }
     }

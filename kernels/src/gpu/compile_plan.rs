@@ -5,6 +5,7 @@
 
 use super::error::GpuError;
 use super::mutant::Mutant;
+use super::paths;
 use super::source;
 use crate::routing::PathId;
 use sha2::{Digest, Sha256};
@@ -51,7 +52,7 @@ impl Variant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramBuild {
     pub path: PathId,
-    /// Name in NVRTC logs, e.g. `sheared_bias_bf16.cu`.
+    /// Name in NVRTC logs, e.g. `sheared_bias_main_bf16.cu` (`fallback_bf16.cu`: every stage).
     pub name: String,
     /// The path's own file.
     pub source: String,
@@ -96,8 +97,26 @@ pub struct CompilePlan {
 }
 
 impl CompilePlan {
-    /// The programs of `paths` (duplicates dropped) for `arch` (e.g. `sm_90`).
+    /// The programs of `paths` (duplicates dropped) for `arch` (e.g. `sm_90`): one per entry (a
+    /// path's stage in one dtype), so the programs of a build compile in parallel and none waits
+    /// for a larger one.
     pub fn new(arch: &str, variant: Variant, paths: &[PathId]) -> Result<CompilePlan, GpuError> {
+        CompilePlan::build(arch, variant, paths, true)
+    }
+
+    /// The programs of every path, one per path and dtype with all its stages: what NVRTC's front
+    /// end checks (`syntax_check`), where a program per entry would parse the headers once per
+    /// entry for nothing.
+    pub fn per_dtype(arch: &str, variant: Variant) -> Result<CompilePlan, GpuError> {
+        CompilePlan::build(arch, variant, &PathId::ALL, false)
+    }
+
+    fn build(
+        arch: &str,
+        variant: Variant,
+        paths: &[PathId],
+        per_stage: bool,
+    ) -> Result<CompilePlan, GpuError> {
         check_arch(arch)?;
         let mut seen = Vec::new();
         for &p in paths {
@@ -115,14 +134,25 @@ impl CompilePlan {
             for dtype in source::DTYPES {
                 let mut options = options(arch, variant);
                 options.push(source::dtype_option(dtype));
-                programs.push(ProgramBuild {
+                let program = |name, options, entries| ProgramBuild {
                     path,
-                    name: source::program_name(path, dtype),
+                    name,
                     source: source.clone(),
                     headers: headers.clone(),
                     options,
-                    entries: source::entries_of(path, dtype),
-                });
+                    entries,
+                };
+                if !per_stage {
+                    let entries = source::entries_of(path, dtype);
+                    programs.push(program(source::program_name(path, dtype), options, entries));
+                    continue;
+                }
+                for &stage in paths::path_kernels(path).stages {
+                    let mut options = options.clone();
+                    options.push(source::stage_option(stage));
+                    let entry = source::entry_name(path, stage, dtype);
+                    programs.push(program(format!("{entry}.cu"), options, vec![entry]));
+                }
             }
         }
         Ok(CompilePlan {

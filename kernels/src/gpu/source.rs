@@ -125,10 +125,8 @@ pub fn constants_header() -> String {
     t
 }
 
-/// The program's name in NVRTC logs and errors.
-/// The name of a path's program for one storage dtype, e.g. `fallback_bf16.cu`: each path is built
-/// as one program per dtype (its own file with `-DRELATTN_ONLY_<dtype>`), so the programs of a
-/// build compile in parallel.
+/// The name of a path's program of every stage in one storage dtype, e.g. `fallback_bf16.cu` (its
+/// own file with `-DRELATTN_ONLY_<dtype>`); a program of one stage is named after its entry.
 pub fn program_name(path: PathId, dtype: DType) -> String {
     format!("{}_{}.cu", path.as_str(), dtype.name())
 }
@@ -136,6 +134,11 @@ pub fn program_name(path: PathId, dtype: DType) -> String {
 /// The NVRTC option that keeps only `dtype`'s entries in a program (entry.cuh).
 pub fn dtype_option(dtype: DType) -> String {
     format!("-DRELATTN_ONLY_{}", dtype.name())
+}
+
+/// The NVRTC option that keeps only `stage`'s entries in a program (entry.cuh).
+pub fn stage_option(stage: Stage) -> String {
+    format!("-DRELATTN_ONLY_STAGE_{}", stage.as_str())
 }
 
 /// The dtypes every program has entries for: the operator's (docs/operator.md section 2: bf16, fp16
