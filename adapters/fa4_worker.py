@@ -141,6 +141,7 @@ def check_case(case, major):
 
 class Fa4Worker(Worker):
     name = "fa4"
+    maps_case_files = torch_common.MAPS_CASE_FILES
     paths = [PATH]
 
     def __init__(self, device="cuda", layout="vllm"):

@@ -210,6 +210,7 @@ def flex_call(flex, torch, dc, inputs, case):
 
 class FlexWorker(Worker):
     name = "flex"
+    maps_case_files = torch_common.MAPS_CASE_FILES
     paths = [PATH]
 
     def __init__(self, device="auto", compile="auto", layout="vllm"):

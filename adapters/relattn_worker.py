@@ -173,6 +173,7 @@ class Worker:
     protocol = PROTOCOL_VERSION
     request = None            # the run request being served (its "id" names the trial)
     unavailable = None        # why no run can work here, found at start (set_unavailable)
+    maps_case_files = False   # True: tensors built on the mapped case file, no float32 copy
 
     def run(self, case, path, num_splits, timing):
         """Return (out float32 [T, H, D], num_splits used, ms list or None).
@@ -206,6 +207,8 @@ class Worker:
                   "split_paths": list(getattr(self, "split_paths", None) or [])}
         if self.unavailable:
             answer["unavailable"] = self.unavailable
+        if self.maps_case_files:
+            answer["maps_case_files"] = True
         return answer
 
 

@@ -121,6 +121,13 @@ def device_floats(torch, array, device, dtype):
     return host.to(device=device, dtype=dtype)
 
 
+# The torch workers build every float tensor with `case_tensor`: on the stored bytes of the case
+# file, which `casefile.read_safetensors` maps when it is large, without a float32 copy. Their
+# hello says so (`maps_case_files`), and relattn's memory ledger counts their copy of a case as
+# the pool's one file.
+MAPS_CASE_FILES = True
+
+
 def case_tensor(torch, case, name, device, dtype, rows=None):
     """Float tensor `name` of `case` (its first `rows` rows when given) on `device` in `dtype`,
     in an allocation of its own: built on the bytes the case file stored while the case still

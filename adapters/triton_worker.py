@@ -184,6 +184,7 @@ def call_op(module, dc, args, out):
 
 class TritonWorker(Worker):
     name = "triton"
+    maps_case_files = torch_common.MAPS_CASE_FILES
     paths = [PATH]
     split_paths = []
 

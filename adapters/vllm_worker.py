@@ -179,6 +179,7 @@ def call_op(module, inputs, args, num_splits, out):
 
 class VllmWorker(Worker):
     name = "vllm"
+    maps_case_files = torch_common.MAPS_CASE_FILES
     paths = PATHS
     split_paths = SPLIT_PATHS
 

@@ -117,6 +117,8 @@ class WithoutPackages(unittest.TestCase):
         self.assertEqual((hello["name"], hello["paths"], hello["split_paths"]),
                          ("fa4", ["fa4_score_mod"], []))
         self.assertIsNone(hello["device"])
+        # Its tensors are built on the mapped case file: relattn's memory ledger counts the file.
+        self.assertIs(hello["maps_case_files"], True)
         with self.assertRaisesRegex(Unsupported, "No module named 'torch'"):
             worker.run(random_case(), "fa4_score_mod", None, None)
 
@@ -124,6 +126,7 @@ class WithoutPackages(unittest.TestCase):
         with no_torch():
             worker = flex_worker.FlexWorker()
         self.assertEqual(worker.hello()["paths"], ["flex"])
+        self.assertIs(worker.hello()["maps_case_files"], True)
         with self.assertRaisesRegex(Unsupported, "No module named 'torch'"):
             worker.run(random_case(), "flex", None, None)
 

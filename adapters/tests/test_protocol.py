@@ -43,6 +43,8 @@ class Protocol(TempDir):
         self.assertIsNone(hello["device"])
         self.assertIsNone(hello["capability"])
         self.assertIn("numpy", hello["version"])
+        # It loads the case's floats: relattn's memory ledger counts them (no maps_case_files).
+        self.assertNotIn("maps_case_files", hello)
 
         out = self.path("out.safetensors")
         answer = w.ask(run_request(self.case_path, out, "numpy", trial_id="impl::numpy::numpy::a::1"))

@@ -151,6 +151,7 @@ class WithoutTheOp(TempDir):
         try:
             hello = w.ask({"op": "hello", "protocol": 1})
             self.assertEqual((hello["ok"], hello["name"]), (True, "triton"))
+            self.assertIs(hello["maps_case_files"], True)
             for request in (run_request(case_path, self.path("o"), "triton_op", trial_id="a"),
                             {"op": "route", "id": 1, "cc": "8.0", "shape": SHAPE}):
                 answer = w.ask(request)

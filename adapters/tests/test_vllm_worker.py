@@ -192,6 +192,7 @@ class WithoutVllm(TempDir):
             hello = w.ask({"op": "hello", "protocol": 1})
             self.assertEqual(hello["ok"], True)
             self.assertIn("not loaded", hello["version"])
+            self.assertIs(hello["maps_case_files"], True)
             for request in (run_request(case_path, self.path("o"), "vllm_op", trial_id="a"),
                             {"op": "route", "cc": "9.0", "shape": SHAPE}):
                 answer = w.ask(request)

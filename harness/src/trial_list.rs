@@ -402,6 +402,7 @@ mod tests {
             capability: None,
             split_paths: paths[..split_paths].to_vec(),
             unavailable: None,
+            maps_case_files: false,
             paths,
         }
     }

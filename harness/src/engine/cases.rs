@@ -125,10 +125,12 @@ pub struct CaseStore {
     keep: bool,
     /// Cases kept on disk between processes (the `cargo test` harness under nextest).
     disk: Option<CaseCache>,
-    /// The machine's memory ledger, shared with other runs, and per case how many workers load
-    /// their own copy of it.
-    gate: Option<(Arc<MemoryGate>, HashMap<String, usize>)>,
+    /// The machine's memory ledger, shared with other runs, and per case its workers.
+    gate: Option<(Arc<MemoryGate>, CaseWorkers)>,
 }
+
+/// Per case, the workers that run it: whether each maps the case file (`footprint`).
+type CaseWorkers = HashMap<String, Vec<bool>>;
 
 impl CaseStore {
     /// A store expecting these trials (used to know when a case can be dropped).
@@ -156,11 +158,13 @@ impl CaseStore {
     }
 
     /// The same store, each case reserving its memory in `gate` (with a copy for every worker
-    /// of `trials` that runs it) before it is built, and holding it until it is dropped.
+    /// of `trials` that runs it; `maps[w]`: whether worker `w` maps the case file) before it is
+    /// built, and holding it until it is dropped.
     pub fn with_memory_gate(
         mut self,
         gate: Option<Arc<MemoryGate>>,
         trials: &[Trial],
+        maps: &[bool],
     ) -> CaseStore {
         self.gate = gate.map(|g| {
             let mut workers: HashMap<String, HashSet<usize>> = HashMap::new();
@@ -169,9 +173,14 @@ impl CaseStore {
                     workers.entry(case.id.clone()).or_default().insert(w);
                 }
             }
+            let flags = |w: HashSet<usize>| {
+                w.into_iter()
+                    .map(|i| maps.get(i).copied().unwrap_or(false))
+                    .collect()
+            };
             (
                 g,
-                workers.into_iter().map(|(id, w)| (id, w.len())).collect(),
+                workers.into_iter().map(|(id, w)| (id, flags(w))).collect(),
             )
         });
         self
@@ -212,7 +221,7 @@ impl CaseStore {
     fn build<'c>(&self, cell: &'c CaseCell, case: &Case) -> &'c Result<Arc<CaseData>, String> {
         cell.get_or_init(|| {
             let memory = self.gate.as_ref().map(|(gate, workers)| {
-                let copies = workers.get(&case.id).copied().unwrap_or(0);
+                let copies = workers.get(&case.id).map(Vec::as_slice).unwrap_or(&[]);
                 let stored = stored_bytes(case.bytes(), case.facts().dtype.size_bytes());
                 let bytes = footprint(case.bytes(), stored, copies);
                 gate.reserve(bytes, &case.id, &super::stopping)
@@ -283,5 +292,58 @@ mod tests {
         std::thread::spawn(move || drop(second)).join().unwrap();
         assert_eq!(gate.held(), (0, 0), "the last trial's use drops the case");
         assert!(store.inner.lock().unwrap().is_empty());
+    }
+
+    /// A case reserves, besides relattn's own copy, the pool's case file for every worker that
+    /// runs it and the floats for each one that loads them; a worker whose hello says it maps
+    /// the file (the torch workers) costs the file alone.
+    #[test]
+    fn a_worker_that_maps_the_case_file_reserves_the_file_alone() {
+        let case = Arc::new(
+            load_tier("smoke")
+                .unwrap()
+                .expand()
+                .unwrap()
+                .cases
+                .remove(0),
+        );
+        let hello = |name: &str, maps| crate::worker::protocol::Hello {
+            ok: true,
+            protocol: 1,
+            name: name.into(),
+            version: "1".into(),
+            device: None,
+            capability: None,
+            paths: vec!["p".into()],
+            split_paths: Vec::new(),
+            unavailable: None,
+            maps_case_files: maps,
+        };
+        let (loads, maps) = (hello("loads", false), hello("maps", true));
+        let stored = stored_bytes(case.bytes(), case.facts().dtype.size_bytes());
+        let own = case.bytes() + stored;
+        for (workers, expected) in [
+            (vec![&loads], own + stored + case.bytes()),
+            (vec![&maps], own + stored),
+            (vec![&maps, &loads], own + 2 * stored + case.bytes()),
+        ] {
+            let info: Vec<_> = workers
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (i, *h, h.name.as_str()))
+                .collect();
+            let trials = crate::trial_list::worker_trials(std::slice::from_ref(&case), &info);
+            let flags: Vec<bool> = workers.iter().map(|h| h.maps_case_files).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let gate = Arc::new(MemoryGate::open(dir.path(), u64::MAX).unwrap());
+            let store = CaseStore::for_trials(&trials).with_memory_gate(
+                Some(gate.clone()),
+                &trials,
+                &flags,
+            );
+            let used = store.get(&case);
+            assert!(used.data().is_ok());
+            assert_eq!(gate.held().0, expected, "{flags:?}");
+        }
     }
 }

@@ -41,16 +41,26 @@ const LOCK: &str = "ledger.lock";
 const SUFFIX: &str = ".entry";
 
 /// Bytes a case takes while it is in use, from its tensors' bytes as float32 (`Case::bytes`)
-/// and as stored (in the case's dtype, as a case file holds them): relattn holds the floats
-/// (generating a case peaks there: 12.6 GB for a case of 12.9 GB of floats) and, reading a case
-/// file, its stored bytes beside them; each worker that runs it loads at most the floats (the
-/// numpy workers; the torch workers map the case file instead, in pages its processes share),
-/// and the pool's one case file of it (in a folder which may be memory) is within that. So:
-/// both, once for relattn and once per worker.
-pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: usize) -> u64 {
-    float_bytes
-        .saturating_add(stored_bytes)
-        .saturating_mul(1 + workers as u64)
+/// and as stored (in the case's dtype, as a case file holds them), with one entry in `workers`
+/// per worker that runs it, true where the worker maps the case file (`maps_case_files` of its
+/// hello). relattn holds the floats (generating a case peaks there: 12.6 GB for a case of 12.9
+/// GB of floats) and, reading a case file, its stored bytes beside them. Each worker's pool
+/// writes the case file once (stored bytes, in a folder which may be memory); a worker that
+/// loads the case also holds its floats (the numpy workers), one that maps the file shares its
+/// pages (the torch workers: about 30 GB in use for `offset_over_2_31`, 12 GB of floats and 6 GB
+/// stored, through two of them on an H100, against 54 GiB when each was counted as loading
+/// the floats).
+pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: &[bool]) -> u64 {
+    workers
+        .iter()
+        .fold(float_bytes.saturating_add(stored_bytes), |sum, &maps| {
+            let copy = if maps {
+                stored_bytes
+            } else {
+                stored_bytes.saturating_add(float_bytes)
+            };
+            sum.saturating_add(copy)
+        })
 }
 
 /// A case's stored bytes from its float32 bytes and its dtype's element size (the integer

@@ -192,9 +192,14 @@ fn an_entry_reads_back_and_garbage_holds_nothing() {
 
 #[test]
 fn the_footprint_counts_a_copy_per_worker() {
-    assert_eq!(footprint(12, 6, 0), 18);
-    assert_eq!(footprint(12, 6, 2), 54);
-    assert_eq!(footprint(u64::MAX, 3, 3), u64::MAX);
+    assert_eq!(footprint(12, 6, &[]), 18);
+    // Workers that load the floats: the file and the floats each.
+    assert_eq!(footprint(12, 6, &[false, false]), 54);
+    // Workers that map the file: the file alone.
+    assert_eq!(footprint(12, 6, &[true, true]), 30);
+    assert_eq!(footprint(12, 6, &[true, false]), 42);
+    assert_eq!(footprint(u64::MAX, 3, &[false; 3]), u64::MAX);
+    assert_eq!(footprint(3, u64::MAX, &[true]), u64::MAX);
     assert_eq!(stored_bytes(12, 2), 6);
     assert_eq!(stored_bytes(12, 4), 12);
 }

@@ -37,9 +37,16 @@ pub(super) fn run_all(
         .filter(|t| !done.contains(&t.name))
         .cloned()
         .collect();
-    let store = Arc::new(
-        CaseStore::for_trials(&trials).with_memory_gate(engine.memory_gate.clone(), &trials),
-    );
+    let maps: Vec<bool> = session
+        .workers
+        .iter()
+        .map(|w| w.hello.maps_case_files)
+        .collect();
+    let store = Arc::new(CaseStore::for_trials(&trials).with_memory_gate(
+        engine.memory_gate.clone(),
+        &trials,
+        &maps,
+    ));
     let (runs, cpu): (Vec<Trial>, Vec<Trial>) = trials
         .into_iter()
         .partition(|t| matches!(t.kind, TrialKind::Gpu { .. }) && t.ignore.is_none());

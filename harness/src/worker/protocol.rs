@@ -33,6 +33,12 @@ pub struct Hello {
     /// with this reason, decided without a case file or a `run`.
     #[serde(default)]
     pub unavailable: Option<String>,
+    /// Whether the worker builds its tensors on a mapping of the case file (pages shared with
+    /// the file and the pool's other processes) without a float32 copy (optional; default
+    /// false: it loads the floats). The memory ledger counts such a worker's copy of a case as
+    /// the pool's one file alone.
+    #[serde(default)]
+    pub maps_case_files: bool,
 }
 
 /// How a `run` ended, as the worker says.
@@ -364,6 +370,13 @@ mod tests {
         let h = parse_hello(hello(json!({}))).unwrap();
         assert_eq!(h.paths, ["numpy"]);
         assert!(h.split_paths.is_empty());
+        assert!(
+            !h.maps_case_files,
+            "a worker loads the floats unless it says otherwise"
+        );
+        let h = parse_hello(hello(json!({"maps_case_files": true}))).unwrap();
+        assert!(h.maps_case_files);
+        assert!(parse_hello(hello(json!({"maps_case_files": "yes"}))).is_err());
         assert!(parse_hello(hello(json!({"split_paths": ["other"]}))).is_err());
         assert!(parse_hello(hello(json!({"paths": []}))).is_err());
         assert!(parse_hello(hello(json!({"name": "../x"}))).is_err());
