@@ -606,18 +606,26 @@ fn the_constants_header_is_the_generated_one() {
     }
 }
 
+/// Whether NVRTC can be loaded here: `.ci/run` fetches it and sets `RELATTN_REQUIRE_NVRTC`, under
+/// which a missing NVRTC fails the test; elsewhere the test says it was skipped.
+fn nvrtc_here() -> bool {
+    if gpu::nvrtc_available() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("RELATTN_REQUIRE_NVRTC").is_none(),
+        "RELATTN_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
+    );
+    eprintln!("skipped: libnvrtc cannot be loaded on this machine");
+    false
+}
+
 /// NVRTC's front end passes every program in every build (plain, bounds-checked, each planted
 /// defect) for sm_90a, sm_80 and sm_100 (both sides of the architecture `#ifdef`s). It needs
-/// NVRTC, not a GPU: `.ci/run` fetches it and sets `RELATTN_REQUIRE_NVRTC`, under which a
-/// missing NVRTC fails this test; elsewhere it says it was skipped.
+/// NVRTC, not a GPU (`nvrtc_here`).
 #[test]
 fn every_build_passes_nvrtcs_front_end() {
-    if !gpu::nvrtc_available() {
-        assert!(
-            std::env::var_os("RELATTN_REQUIRE_NVRTC").is_none(),
-            "RELATTN_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
-        );
-        eprintln!("skipped: libnvrtc cannot be loaded on this machine");
+    if !nvrtc_here() {
         return;
     }
     for arch in ["sm_90a", "sm_80", "sm_100"] {
@@ -639,15 +647,10 @@ fn every_build_passes_nvrtcs_front_end() {
 /// A program of one stage defines that stage's entry and no other (entry.cuh's stage defines),
 /// and a compiled program that lacks an entry it must define is an NVRTC error, not a CUBIN
 /// that fails first when a device loads it. Compiles sheared_bias' two small stages only (a
-/// fraction of a second); needs NVRTC as the front-end check does.
+/// fraction of a second); needs NVRTC (`nvrtc_here`).
 #[test]
 fn a_stages_program_defines_its_entry_alone() {
-    if !gpu::nvrtc_available() {
-        assert!(
-            std::env::var_os("RELATTN_REQUIRE_NVRTC").is_none(),
-            "RELATTN_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
-        );
-        eprintln!("skipped: libnvrtc cannot be loaded on this machine");
+    if !nvrtc_here() {
         return;
     }
     let mut plan = CompilePlan::new("sm_80", Variant::PLAIN, &[PathId::ShearedBias]).unwrap();
