@@ -658,16 +658,12 @@ fn a_stages_program_defines_its_entry_alone() {
         .retain(|p| p.name.contains("_prologue_") || p.name.contains("_combine_"));
     assert_eq!(plan.programs.len(), 2 * DTYPES.len());
     let compiled = gpu::compile(&plan).unwrap_or_else(|e| panic!("{e}"));
-    let holds = |cubin: &[u8], name: &str| {
-        let name = format!("{name}\0");
-        cubin.windows(name.len()).any(|w| w == name.as_bytes())
-    };
     for p in &compiled.programs {
         for stage in path_kernels(PathId::ShearedBias).stages {
             for dtype in DTYPES {
                 let entry = entry_name(PathId::ShearedBias, *stage, dtype);
                 assert_eq!(
-                    holds(&p.cubin, &entry),
+                    gpu::cubin_defines(&p.cubin, &entry),
                     p.entries == [entry.clone()],
                     "{} and {entry}",
                     p.name

@@ -43,13 +43,8 @@ pub fn units(trials: Vec<Trial>) -> Vec<Unit> {
     let mut out: Vec<Unit> = Vec::new();
     for t in trials {
         let case_id = t.case().map(|c| c.id.clone()).unwrap_or_default();
-        let path = match &t.kind {
-            crate::trial_list::TrialKind::Gpu {
-                target: crate::runner::Target::Worker { path, .. },
-                ..
-            } => path.clone(),
-            _ => String::new(),
-        };
+        // The report's path column (`worker/path`): one kernel of the worker.
+        let path = t.path();
         let at = *index.entry((case_id, path.clone())).or_insert_with(|| {
             let (key, bytes) = t.case().map_or((String::new(), 0), |c| {
                 (format!("{}:{path}", of_case(c)), c.bytes())
@@ -228,22 +223,15 @@ mod tests {
         assert_eq!(units.iter().map(|u| u.trials.len()).sum::<usize>(), n);
         let mut seen = HashSet::new();
         for u in &units {
-            let ids: HashSet<(&str, &str)> = u
+            let ids: HashSet<(&str, String)> = u
                 .trials
                 .iter()
-                .map(|t| match &t.kind {
-                    crate::trial_list::TrialKind::Gpu {
-                        case,
-                        target: crate::runner::Target::Worker { path, .. },
-                        ..
-                    } => (case.id.as_str(), path.as_str()),
-                    _ => unreachable!(),
-                })
+                .map(|t| (t.case().unwrap().id.as_str(), t.path()))
                 .collect();
             assert_eq!(ids.len(), 1);
-            assert!(u
-                .key
-                .ends_with(&format!(":{}", ids.iter().next().unwrap().1)));
+            let (_, path) = ids.iter().next().unwrap();
+            assert!(path == "w/a" || path == "w/b", "{path}");
+            assert!(u.key.ends_with(&format!(":{path}")), "{}", u.key);
             for t in &u.trials {
                 assert!(seen.insert(t.name.clone()), "{} twice", t.name);
             }

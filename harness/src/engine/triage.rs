@@ -115,9 +115,10 @@ pub fn triage(
         let own = CaseLife::default();
         let same_file =
             std::ptr::eq(problem, &data.problem) && matches!(target, Target::Worker { .. });
-        let id = match same_file {
-            true => case.id.clone(),
-            false => format!("{}+{variant}", case.id),
+        let id = if same_file {
+            case.id.clone()
+        } else {
+            format!("{}+{variant}", case.id)
         };
         let req = RunRequest {
             trial: &trial.name,

@@ -108,7 +108,7 @@ fn store(key: &str, cubin: &Arc<Vec<u8>>) {
 
 /// Whether a CUBIN's symbol names hold `entry` (NUL-terminated, as an ELF string table keeps it;
 /// its kernel's section names end with it too).
-fn defines(cubin: &[u8], entry: &str) -> bool {
+pub fn cubin_defines(cubin: &[u8], entry: &str) -> bool {
     let mut name = entry.as_bytes().to_vec();
     name.push(0);
     cubin.windows(name.len()).any(|w| w == name.as_slice())
@@ -137,7 +137,7 @@ fn compile_one(
         };
     // An entry the program lost (a define keeping the wrong stage or dtype) fails here, on
     // machines without a GPU too, not first when a device loads it.
-    if let Some(missing) = p.entries.iter().find(|e| !defines(&cubin, e)) {
+    if let Some(missing) = p.entries.iter().find(|e| !cubin_defines(&cubin, e)) {
         return Err(GpuError::Nvrtc {
             program: p.name.clone(),
             arch: arch.to_string(),

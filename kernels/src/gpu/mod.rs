@@ -29,8 +29,8 @@ mod upload;
 
 pub use crate::routing::SplitSetting;
 pub use compile::{
-    cache_dir, compile, compile_check, nvrtc_available, nvrtc_version, syntax_check, CheckRecord,
-    Compiled, CompiledProgram,
+    cache_dir, compile, compile_check, cubin_defines, nvrtc_available, nvrtc_version, syntax_check,
+    CheckRecord, Compiled, CompiledProgram,
 };
 pub use compile_plan::{check_arch, options, CompilePlan, ProgramBuild, Variant, CHECK_ARCHS};
 pub use device::{compile_arch, native_arch, Gpu, Loaded, ARCH_ENV};
