@@ -2,8 +2,8 @@
 """relattn worker: upstream FlashAttention-4 (flash-attn-4, CuTe DSL) with the relative bias as a
 score_mod (protocol v1, PROTOCOL.md).
 
-Name `fa4`, path `fa4_score_mod`. Each run calls `flash_attn.cute.flash_attn_varlen_func` once,
-as a serving engine would on a Hopper GPU (the form vLLM's Inkling op uses there):
+Name `fa4`, path `fa4_score_mod`. Each run calls FA4's varlen forward once, as a serving engine
+would on a Hopper GPU (the form vLLM's Inkling op uses there):
 
     flash_attn_varlen_func(
         q[:R], key_cache, value_cache,              # R = cu_seqlens_q[B]; K, V views of one buffer
@@ -18,8 +18,10 @@ as a serving engine would on a Hopper GPU (the form vLLM's Inkling op uses there
 
 The caches are vLLM's: one buffer [num_blocks, Hkv, page, 2D] (HND), K and V its views
 `buf.transpose(1, 2).split(D, dim=-1)` (`--layout case` places them as the case file asks).
-flash-attn-4 4.0.0b36's function takes no `out`, so its result is copied into the real rows of
-an output buffer poisoned with NaN; the padding rows are never written.
+flash-attn-4 4.0.0b36's public function takes no `out`, so the worker calls the forward it runs,
+`flash_attn.cute.interface._flash_attn_fwd`, with the same arguments and `out` = the real rows of
+an output buffer poisoned with NaN (the public function and a copy when that one is missing): a
+row FA4 never stores stays NaN, and the padding rows are never handed to it.
 
 The package needs a CUDA GPU of compute capability 9.x, 10.x or 11.x for this call (FA4 has no
 score_mod and no paged KV on SM8x, and no paged KV on SM12x), bf16 or fp16 inputs, and the
@@ -105,26 +107,39 @@ def rel_bias_score_mod(rel_extent):
     return score_mod_rel_bias
 
 
-def fa4_call(fa4, dc, case, num_splits):
-    """One call of flash_attn_varlen_func on DeviceCase `dc`: the output [R, H, D] of the real
-    rows (R = cu_seqlens_q[B])."""
+def fa4_call(fa4, dc, case, num_splits, out=None):
+    """One call of FA4's varlen forward on DeviceCase `dc`: the output [R, H, D] of the real
+    rows (R = cu_seqlens_q[B]).
+
+    With `out` (the real rows of the worker's NaN-poisoned output buffer) FA4 writes into it
+    through `flash_attn.cute.interface._flash_attn_fwd`, the forward `flash_attn_varlen_func`
+    runs and the one form that takes an output: a row FA4 never stores stays NaN, and the
+    buffer was written (poisoned) by the worker before FA4 ran, so compute-sanitizer's
+    initcheck, which does not see FA4's TMA stores, reads no "uninitialized" output. Without
+    that function the public one runs and its result is copied into `out`."""
     window = (case.window_left, 0) if case.is_local else (None, None)
-    out = fa4.flash_attn_varlen_func(
-        dc.q,
-        dc.key_cache,
-        dc.value_cache,
+    args = dict(
         cu_seqlens_q=dc.cu_seqlens_q,
         seqused_k=dc.seqused_k,
         max_seqlen_q=bucket_max_seqlen_q(case.max_query_len),
         page_table=dc.block_table,
         softmax_scale=case.softmax_scale,
         causal=True,
-        window_size=window,
         num_splits=num_splits,
         score_mod=rel_bias_score_mod(case.E),
         aux_tensors=[dc.rel_logits],
     )
-    return out[0] if isinstance(out, tuple) else out
+    forward = getattr(getattr(fa4, "interface", None), "_flash_attn_fwd", None)
+    if out is not None and forward is not None:
+        forward(dc.q, dc.key_cache, dc.value_cache, window_size_left=window[0],
+                window_size_right=window[1], out=out, **args)
+        return out
+    result = fa4.flash_attn_varlen_func(dc.q, dc.key_cache, dc.value_cache, window_size=window, **args)
+    result = result[0] if isinstance(result, tuple) else result
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
 
 
 def check_case(case, major):
@@ -186,13 +201,14 @@ class Fa4Worker(Worker):
             return torch_common.out_to_numpy(out), splits, None
         sets = [torch_common.DeviceCase(torch, case, self.device_name, layout)]
 
-        def call(s):
-            return fa4_call(self.fa4, sets[s], case, splits)
+        rows = out[:case.real_rows]
 
-        # The first call (which compiles each new kernel variant) gives the output; timed calls
-        # come after it, rotating through copies of the inputs.
-        result = call(0)
-        out[:case.real_rows].copy_(result)
+        def call(s):
+            return fa4_call(self.fa4, sets[s], case, splits, rows)
+
+        # The first call (which compiles each new kernel variant) gives the output, written into
+        # the real rows of `out`; timed calls come after it, rotating through copies of the inputs.
+        call(0)
         ms = None
         if timing is not None:
             count = torch_common.input_sets(torch, sets[0].nbytes(), self.device_name)

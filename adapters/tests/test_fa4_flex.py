@@ -543,6 +543,46 @@ class Fa4CallArguments(unittest.TestCase):
         self.assertEqual(seen["max_seqlen_q"], 16)                              # bucket(9)
         self.assertEqual(seen["num_splits"], 3)
 
+    def test_the_output_rows_are_handed_to_the_forward(self):
+        # With `out`, FA4's own forward writes into the worker's NaN-poisoned rows: what it
+        # never stores stays NaN (here: the last real row), and nothing is copied after it.
+        case = random_case(query_lens=(3, 0, 5), kv_lens=(7, 4, 21), extent=8, window_left=6)
+        seen = {}
+
+        def forward(q, k, v, **kwargs):
+            seen.update(kwargs, q=q, k=k, v=v)
+            kwargs["out"][:-1].zero_()
+
+        def public(*args, **kwargs):
+            raise AssertionError("the public function ran although the forward takes `out`")
+
+        fa4 = types.SimpleNamespace(flash_attn_varlen_func=public,
+                                    interface=types.SimpleNamespace(_flash_attn_fwd=forward))
+        dc = torch_common.DeviceCase(torch, case, "cpu")
+        out = torch_common.nan_out(torch, case, "cpu")
+        rows = out[:case.real_rows]
+        with mock.patch.object(fa4_worker, "rel_bias_score_mod", lambda e: ("score_mod", e)):
+            got = fa4_worker.fa4_call(fa4, dc, case, 1, rows)
+        self.assertIs(got, rows)
+        self.assertIs(seen["out"], rows)
+        self.assertEqual((seen["window_size_left"], seen["window_size_right"]), (6, 0))
+        self.assertNotIn("window_size", seen)
+        self.assertEqual(seen["score_mod"], ("score_mod", 8))
+        self.assertIs(seen["page_table"], dc.block_table)
+        self.assertEqual(int(torch.isnan(out[:case.real_rows - 1]).sum()), 0)
+        self.assertTrue(bool(torch.isnan(out[case.real_rows - 1:]).all()))     # and padding
+
+    def test_without_the_forward_the_result_is_copied_into_the_rows(self):
+        case = random_case(query_lens=(2, 3), kv_lens=(5, 9), extent=4)
+        fa4 = types.SimpleNamespace(
+            flash_attn_varlen_func=lambda q, k, v, **kw: (torch.ones_like(q), None))
+        dc = torch_common.DeviceCase(torch, case, "cpu")
+        out = torch_common.nan_out(torch, case, "cpu")
+        with mock.patch.object(fa4_worker, "rel_bias_score_mod", lambda e: ("score_mod", e)):
+            fa4_worker.fa4_call(fa4, dc, case, 1, out[:case.real_rows])
+        self.assertTrue(bool((out[:case.real_rows] == 1).all()))
+        self.assertTrue(bool(torch.isnan(out[case.real_rows:]).all()))
+
 
 # ---------------------------------------------------------------------------------------------
 # FA4: compile check without a GPU, and runs on a GPU
@@ -575,7 +615,8 @@ for H, Hkv, page, window, E in ((8, 1, 16, -1, 1024), (16, 4, 128, 511, 512)):
             q=empty(11, H, D), key_cache=k, value_cache=v, rel_logits=empty(11, H, E),
             cu_seqlens_q=empty(B + 1, dtype=torch.int32), seqused_k=empty(B, dtype=torch.int32),
             block_table=empty(B, 8, dtype=torch.int32)))
-        fa4_worker.fa4_call(fa4, dc, case, 1)
+        # Into a preallocated output, as the worker calls it (FA4 checks its shape and layout).
+        fa4_worker.fa4_call(fa4, dc, case, 1, empty(11, H, D))
     print("compiled", H, Hkv, page, window, E)
 """
 
