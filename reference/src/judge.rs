@@ -7,6 +7,7 @@ pub use text::{describe, location};
 
 use crate::{DType, Problem, RefOutput};
 use ndarray::Array3;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// The judgement constants of one dtype:
@@ -140,6 +141,30 @@ pub fn padding_is_nan(problem: &Problem, out: &Array3<f32>) -> bool {
         .all(|row| row.iter().all(|x| x.is_nan()))
 }
 
+/// An element's (row, head, column).
+type Element3 = (usize, usize, usize);
+
+/// How many elements of the first `rows` rows of `out` are not finite, and the first of them
+/// (row, head, column), in parallel over rows.
+fn non_finite_rows(out: &Array3<f32>, rows: usize) -> (usize, Option<Element3>) {
+    let per_row: Vec<(usize, Option<Element3>)> = (0..rows.min(out.shape()[0]))
+        .into_par_iter()
+        .map(|t| {
+            let mut n = 0;
+            let mut first = None;
+            for ((hh, c), x) in out.slice(ndarray::s![t, .., ..]).indexed_iter() {
+                if !x.is_finite() {
+                    first.get_or_insert((t, hh, c));
+                    n += 1;
+                }
+            }
+            (n, first)
+        })
+        .collect();
+    let n = per_row.iter().map(|r| r.0).sum();
+    (n, per_row.into_iter().find_map(|r| r.1))
+}
+
 /// Judge `out` (`[T, H, D]`, as read back from the device) on the rows of `ref64`.
 ///
 /// `padding_intact` says whether the padding rows are bit-identical to what they held before
@@ -157,18 +182,7 @@ pub fn judge(
     let (h, d) = (problem.num_heads, problem.head_dim);
 
     // Every real row written and finite (even in sampled mode: the check is cheap).
-    let mut non_finite = 0usize;
-    let mut first_non_finite = None;
-    for t in 0..problem.real_rows() {
-        for hh in 0..h {
-            for c in 0..d {
-                if !out[[t, hh, c]].is_finite() {
-                    first_non_finite.get_or_insert((t, hh, c));
-                    non_finite += 1;
-                }
-            }
-        }
-    }
+    let (non_finite, first_non_finite) = non_finite_rows(out, problem.real_rows());
 
     // Rule (a)'s bound from the emulation's own error.
     let judged: Vec<usize> = (0..ref64.num_rows())

@@ -1,19 +1,39 @@
 //! Preparing the device queue's cases ahead of the GPU: a few CPU threads generate the cases and
-//! compute their references in queue order while the device threads run the earlier ones, so the
-//! GPU rarely waits for the CPU. Bounded: at most `max_ahead` cases and `max_bytes` of case
-//! tensors prepared but not yet taken by a device thread (the next case always may be prepared,
-//! whatever its size, as a device thread would build it anyway).
+//! compute their references while the device threads run the earlier ones, so the GPU rarely
+//! waits for the CPU. The queue runs from the cheapest case to the costliest (`by_cost`); most
+//! preparing threads work from its front, just ahead of the device threads, and the others
+//! from its back, so the few cases whose references take seconds are started at once and are
+//! ready when the device threads reach them instead of stalling them. Bounded: at most
+//! `max_ahead` cases past the device threads from the front, and `max_bytes` of case tensors
+//! prepared but not yet taken from both ends (the next case always may be prepared, whatever
+//! its size, as a device thread would build it anyway).
 
 use super::CaseStore;
 use relattn_matrices::Case;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+
+/// Which end of the queue a preparing thread works from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The cases the device threads take next.
+    Front,
+    /// The costliest cases, the device threads' last.
+    Back,
+}
+
+/// The order of a device queue: the cheaper case first, by the work of its reference (its
+/// FLOPs, from the facts: nothing is generated), then its bytes, then its id.
+pub fn by_cost(a: &Case, b: &Case) -> std::cmp::Ordering {
+    a.flops()
+        .total_cmp(&b.flops())
+        .then(a.bytes().cmp(&b.bytes()))
+        .then(a.id.cmp(&b.id))
+}
 
 /// The queue's cases, in the order device threads take them, and how far preparation may run.
 pub struct Ahead {
     cases: Vec<(Arc<Case>, u64)>,
-    next: AtomicUsize,
     state: Mutex<State>,
     moved: Condvar,
     max_ahead: usize,
@@ -23,6 +43,10 @@ pub struct Ahead {
 struct State {
     /// Cases taken by device threads: every index below this one.
     taken: usize,
+    /// The next case the front claims.
+    front: usize,
+    /// The back has claimed every case from this index on.
+    back: usize,
     /// Bytes of the prepared cases not yet taken.
     bytes: u64,
     /// Which of those count in `bytes`.
@@ -43,9 +67,10 @@ impl Ahead {
             .collect();
         Ahead {
             cases,
-            next: AtomicUsize::new(0),
             state: Mutex::new(State {
                 taken: 0,
+                front: 0,
+                back: n,
                 bytes: 0,
                 counted: vec![false; n],
                 done: false,
@@ -57,36 +82,58 @@ impl Ahead {
     }
 
     /// The defaults for this machine shared by `processes` runs: half the pool's threads
-    /// prepare, up to two cases each, within an eighth of the memory's share of this run.
-    pub fn for_machine(cases: Vec<Arc<Case>>, processes: usize) -> (Ahead, usize) {
+    /// prepare (a quarter of them, at least one when there are two, from the back), up to two
+    /// cases each from the front, within an eighth of the memory's share of this run. Returns
+    /// the ends of the preparing threads.
+    pub fn for_machine(cases: Vec<Arc<Case>>, processes: usize) -> (Ahead, Vec<End>) {
         let threads = (rayon::current_num_threads() / 2).max(1);
         let (memory, _) = relattn_reference::limits::memory_bytes();
         let budget = memory / 8 / processes.max(1) as u64;
-        (Ahead::new(cases, 2 * threads, budget), threads)
+        let back = (threads / 4).max(usize::from(threads > 1));
+        let ends = (0..threads)
+            .map(|i| if i < back { End::Back } else { End::Front })
+            .collect();
+        (Ahead::new(cases, 2 * threads, budget), ends)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Prepare cases in queue order until none is left or `stop` says so (run on each preparing
-    /// thread).
-    pub fn work(&self, store: &CaseStore, stop: impl Fn() -> bool) {
+    /// Prepare cases from `end` of the queue until none is left or `stop` says so (run on each
+    /// preparing thread). A back thread whose next case does not fit the byte budget works
+    /// from the front from then on.
+    pub fn work(&self, store: &CaseStore, end: End, stop: impl Fn() -> bool) {
+        let mut end = end;
         loop {
-            let i = self.next.fetch_add(1, Ordering::SeqCst);
-            let Some((case, bytes)) = self.cases.get(i) else {
-                return;
-            };
-            {
+            let i = {
                 let mut s = self.lock();
                 loop {
-                    if s.done || stop() || i < s.taken {
-                        break;
+                    if s.done || stop() || s.front >= s.back {
+                        return;
+                    }
+                    if end == End::Back {
+                        let i = s.back - 1;
+                        if i < s.taken {
+                            return;
+                        }
+                        if s.bytes.saturating_add(self.cases[i].1) <= self.max_bytes {
+                            s.back = i;
+                            break i;
+                        }
+                        end = End::Front;
+                        continue;
+                    }
+                    let i = s.front.max(s.taken);
+                    if i >= s.back {
+                        return;
                     }
                     let within = i < s.taken + self.max_ahead
-                        && (i == s.taken || s.bytes.saturating_add(*bytes) <= self.max_bytes);
+                        && (i == s.taken
+                            || s.bytes.saturating_add(self.cases[i].1) <= self.max_bytes);
                     if within {
-                        break;
+                        s.front = i + 1;
+                        break i;
                     }
                     s = self
                         .moved
@@ -94,16 +141,16 @@ impl Ahead {
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                 }
-                if s.done || stop() {
-                    return;
-                }
+            };
+            {
+                let mut s = self.lock();
                 if i < s.taken {
                     continue; // a device thread took it first and builds it itself
                 }
                 s.counted[i] = true;
-                s.bytes = s.bytes.saturating_add(*bytes);
+                s.bytes = s.bytes.saturating_add(self.cases[i].1);
             }
-            store.prepare(case);
+            store.prepare(&self.cases[i].0);
         }
     }
 
@@ -139,6 +186,7 @@ impl Ahead {
 mod tests {
     use super::*;
     use relattn_matrices::load_tier;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn smoke_cases(n: usize) -> Vec<Arc<Case>> {
         let tier = load_tier("smoke").expect("smoke tier");
@@ -154,7 +202,7 @@ mod tests {
         let store = CaseStore::keep_all();
         let ahead = Ahead::new(cases.clone(), 2, u64::MAX);
         std::thread::scope(|s| {
-            s.spawn(|| ahead.work(&store, || false));
+            s.spawn(|| ahead.work(&store, End::Front, || false));
             // Only two cases may be prepared before any is taken.
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             while ahead.pending().0 < 2 && std::time::Instant::now() < deadline {
@@ -176,7 +224,7 @@ mod tests {
         let store = CaseStore::keep_all();
         let ahead = Ahead::new(cases, 8, 1);
         std::thread::scope(|s| {
-            s.spawn(|| ahead.work(&store, || false));
+            s.spawn(|| ahead.work(&store, End::Front, || false));
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             while ahead.pending().0 < 1 && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
@@ -192,12 +240,54 @@ mod tests {
     fn a_stop_ends_the_preparing_threads() {
         let store = CaseStore::keep_all();
         let ahead = Ahead::new(smoke_cases(4), 1, u64::MAX);
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let h = s.spawn(|| ahead.work(&store, || stop.load(Ordering::SeqCst)));
+            let h = s.spawn(|| ahead.work(&store, End::Front, || stop.load(Ordering::SeqCst)));
             std::thread::sleep(Duration::from_millis(50));
             stop.store(true, Ordering::SeqCst);
             h.join().unwrap();
         });
+    }
+
+    #[test]
+    fn the_back_prepares_the_costliest_first_within_the_byte_budget_then_joins_the_front() {
+        let mut cases = smoke_cases(6);
+        cases.sort_by(|a, b| by_cost(a, b));
+        let n = cases.len();
+        assert!(n >= 4);
+        // Room for the last two cases: the back prepares them before any case is taken, then
+        // the front's next case (always allowed), and waits for the device threads.
+        let budget = cases[n - 1].bytes() + cases[n - 2].bytes();
+        let store = CaseStore::keep_all();
+        let ahead = Ahead::new(cases, 1, budget);
+        std::thread::scope(|s| {
+            s.spawn(|| ahead.work(&store, End::Back, || false));
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while ahead.pending().0 < 3 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(ahead.pending().0, 3);
+            let ready = ahead.lock().counted.clone();
+            let mut expected = vec![false; n];
+            (expected[0], expected[n - 2], expected[n - 1]) = (true, true, true);
+            assert_eq!(ready, expected);
+            for i in 0..n {
+                ahead.taken(i);
+            }
+            ahead.finish();
+        });
+        assert_eq!(ahead.pending(), (0, 0));
+    }
+
+    #[test]
+    fn the_device_queue_runs_from_the_cheapest_case_to_the_costliest() {
+        let tier = load_tier("ci").expect("ci tier");
+        let mut cases = tier.expand().expect("ci expands").cases;
+        cases.sort_by(by_cost);
+        assert!(cases.windows(2).all(|w| w[0].flops() <= w[1].flops()));
+        let first = cases.first().unwrap().flops();
+        let last = cases.last().unwrap().flops();
+        assert!(last > 1000.0 * first.max(1.0), "{first} {last}");
     }
 }

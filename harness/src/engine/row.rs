@@ -261,13 +261,67 @@ pub fn kv_bytes(p: &Problem) -> f64 {
     (keys * 2 * p.num_kv_heads * p.head_dim * p.dtype.size_bytes()) as f64
 }
 
-/// FNV-1a over the output's bits: equal hashes across runs mean bit-identical outputs.
+/// Elements of the output one FNV-1a pass hashes (`output_hash`).
+const HASH_CHUNK: usize = 1 << 20;
+
+/// FNV-1a over the output's bits: equal hashes across runs mean bit-identical outputs. An
+/// output of more than `HASH_CHUNK` elements is hashed a chunk at a time in parallel, and the
+/// chunks' hashes are hashed in order (the same value on any number of threads; smaller
+/// outputs keep the plain FNV-1a).
 pub fn output_hash(out: &Array3<f32>) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for x in out.iter() {
-        for b in x.to_bits().to_le_bytes() {
+    fn fnv(h: u64, bytes: impl Iterator<Item = u8>) -> u64 {
+        bytes.fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    }
+    const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    let bits = |xs: &[f32]| fnv(BASIS, xs.iter().flat_map(|x| x.to_bits().to_le_bytes()));
+    let owned: Vec<f32>;
+    let values = match out.as_slice() {
+        Some(values) => values,
+        None => {
+            owned = out.iter().copied().collect();
+            &owned
+        }
+    };
+    if values.len() <= HASH_CHUNK {
+        return bits(values);
+    }
+    use rayon::prelude::*;
+    let chunks: Vec<u64> = values.par_chunks(HASH_CHUNK).map(bits).collect();
+    fnv(BASIS, chunks.iter().flat_map(|h| h.to_le_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_output_hash_is_the_plain_fnv_up_to_a_chunk_and_the_same_on_any_number_of_threads() {
+        // A known FNV-1a value: the bits of [0.0, 1.0] (4 zero bytes, then 00 00 80 3f).
+        let two = Array3::from_shape_vec((1, 1, 2), vec![0.0f32, 1.0]).unwrap();
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in [0u8, 0, 0, 0, 0, 0, 0x80, 0x3f] {
             h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
+        assert_eq!(output_hash(&two), h);
+        // Past one chunk: the same hash on 1 and 4 threads; one flipped bit changes it.
+        let n = 3 * HASH_CHUNK + 5;
+        let big = Array3::from_shape_fn((n / 5, 1, 5), |(t, _, c)| (t * 5 + c) as f32 * 0.25);
+        let on = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| output_hash(&big))
+        };
+        assert_eq!(on(1), on(4));
+        let mut flipped = big.clone();
+        flipped[[n / 5 - 1, 0, 4]] = f32::from_bits(flipped[[n / 5 - 1, 0, 4]].to_bits() ^ 1);
+        assert_ne!(output_hash(&flipped), on(1));
+        // A transposed view hashes its logical order, as an owned copy of it does.
+        let t = big.view().reversed_axes();
+        assert_eq!(
+            output_hash(&t.to_owned()),
+            output_hash(&t.as_standard_layout().into_owned())
+        );
     }
-    h
 }

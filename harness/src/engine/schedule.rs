@@ -71,22 +71,29 @@ pub(super) fn run_all(
             let id = t.case().map(|c| c.id.clone()).unwrap_or_default();
             by_case.entry(id).or_default().push(t);
         }
-        let groups: Vec<Vec<Trial>> = by_case.into_values().collect();
+        // The cheapest case first (`ahead::by_cost`): the costliest are prepared from the
+        // queue's back while the device threads run the others.
+        let mut groups: Vec<Vec<Trial>> = by_case.into_values().collect();
+        let case = |g: &Vec<Trial>| g.first().and_then(Trial::case).cloned();
+        groups.sort_by(|a, b| match (case(a), case(b)) {
+            (Some(a), Some(b)) => super::ahead::by_cost(&a, &b),
+            (a, b) => a.is_some().cmp(&b.is_some()),
+        });
         // The queue's cases are generated and their references computed on CPU threads of
         // their own, ahead of the device threads, so the GPU rarely waits (bounded in memory).
         let cases: Vec<Arc<Case>> = groups
             .iter()
             .filter_map(|g| g.first().and_then(Trial::case).cloned())
             .collect();
-        let (ahead, preparers) = Ahead::for_machine(cases, processes);
+        let (ahead, ends) = Ahead::for_machine(cases, processes);
         let ahead = Arc::new(ahead);
         let queue = Arc::new(Mutex::new(
             groups.into_iter().enumerate().collect::<VecDeque<_>>(),
         ));
         if let Some(exec) = session.executor_ref() {
-            for _ in 0..preparers {
+            for end in ends {
                 let (ahead, store) = (ahead.clone(), store.clone());
-                scope.spawn(move || ahead.work(&store, stopping));
+                scope.spawn(move || ahead.work(&store, end, stopping));
             }
             // Device threads run the kernels and leave the judging to threads of their own
             // (a short queue: a run waiting for its judge holds its output).

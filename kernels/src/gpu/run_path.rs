@@ -17,6 +17,7 @@ use crate::routing::PathId;
 use crate::routing::SplitSetting;
 use cudarc::driver::{sys, CudaSlice, DevicePtr, DriverError};
 use ndarray::Array3;
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What one run of a path produced.
@@ -178,9 +179,13 @@ pub fn run_path_timed(
     // A fresh `out` holding the poison image's allocated rows (the kernels write it in place).
     // (Never empty: a zero-length allocation is refused by some drivers.)
     let row_bytes = g.num_heads * g.head_dim * g.dtype.size_bytes();
-    let mut image = problem.out_poison[..problem.allocated_rows * row_bytes].to_vec();
-    image.resize(image.len().max(4), 0);
-    let out = stream.clone_htod(&image).map_err(driver("poisoning out"))?;
+    let image = &problem.out_poison[..problem.allocated_rows * row_bytes];
+    let out = if image.len() >= 4 {
+        stream.clone_htod(image)
+    } else {
+        stream.clone_htod(&[0u8; 4])
+    }
+    .map_err(driver("poisoning out"))?;
 
     // The attention launch's ring depth and shared memory, for the CTAs an SM can hold.
     let attention = plan
@@ -268,18 +273,13 @@ pub fn run_path_timed(
     let padding_intact = out_bytes[padding_start..] == problem.out_poison[padding_start..];
     let poison = unwritten_bits(g.dtype);
     let real = g.real_rows * g.num_heads * g.head_dim;
-    let mut unwritten = 0;
-    let mut first_unwritten = None;
-    for i in 0..real {
-        if bits_at(g.dtype, out_bytes, i) == poison {
-            unwritten += 1;
-            if first_unwritten.is_none() {
-                let c = i % g.head_dim;
-                let h = (i / g.head_dim) % g.num_heads;
-                first_unwritten = Some((i / (g.head_dim * g.num_heads), h, c));
-            }
-        }
-    }
+    let is_unwritten = |i: &usize| bits_at(g.dtype, out_bytes, *i) == poison;
+    let unwritten = (0..real).into_par_iter().filter(is_unwritten).count();
+    let first_unwritten = (0..real).into_par_iter().find_first(is_unwritten).map(|i| {
+        let c = i % g.head_dim;
+        let h = (i / g.head_dim) % g.num_heads;
+        (i / (g.head_dim * g.num_heads), h, c)
+    });
     let out = problem.decode_out(out_bytes);
     // Warm repeats, for the time alone: the output above is the first launch's.
     let mut warm_ms = Vec::new();

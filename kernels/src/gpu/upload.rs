@@ -9,6 +9,7 @@ use super::geometry::Geometry;
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use ndarray::Array3;
+use rayon::prelude::*;
 use relattn_reference::{DType, Problem, RowLayout};
 
 /// What unwritten real rows of `out` hold: a NaN payload no arithmetic produces (GPUs produce the
@@ -118,6 +119,7 @@ impl DeviceProblem {
         let g = &self.geometry;
         let n = g.total_rows * g.num_heads * g.head_dim;
         let values: Vec<f32> = (0..n)
+            .into_par_iter()
             .map(|i| decode_bits(g.dtype, bits_at(g.dtype, bytes, i)))
             .collect();
         Array3::from_shape_vec((g.total_rows, g.num_heads, g.head_dim), values)
