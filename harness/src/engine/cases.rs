@@ -2,7 +2,7 @@
 //! and its references computed once, shared by every trial that uses it, and dropped when its last trial has run.
 
 use super::case_cache::CaseCache;
-use super::memory_gate::{footprint, stored_bytes, MemoryGate, Reservation};
+use super::memory_gate::{footprint, stored_bytes, MemoryGate, Reservation, WorkerShare};
 use crate::phases::{self, Phase};
 use crate::trial_list::Trial;
 use relattn_matrices::{read_file_case, Case, CaseSource};
@@ -129,8 +129,9 @@ pub struct CaseStore {
     gate: Option<(Arc<MemoryGate>, CaseWorkers)>,
 }
 
-/// Per case, the workers that run it: whether each maps the case file (`footprint`).
-type CaseWorkers = HashMap<String, Vec<bool>>;
+/// Per case, the workers that run it: whether each maps the case file, and how many of its
+/// processes may hold the case (`footprint`).
+type CaseWorkers = HashMap<String, Vec<WorkerShare>>;
 
 impl CaseStore {
     /// A store expecting these trials (used to know when a case can be dropped).
@@ -157,9 +158,9 @@ impl CaseStore {
         self
     }
 
-    /// The same store, each case reserving its memory in `gate` (with a copy for every worker
-    /// of `trials` that runs it; `maps[w]`: whether worker `w` maps the case file) before it is
-    /// built, and holding it until it is dropped.
+    /// The same store, each case reserving its memory in `gate` (with the share of every
+    /// worker of `trials` that runs it: a process per path; `maps[w]`: whether worker `w` maps
+    /// the case file) before it is built, and holding it until it is dropped.
     pub fn with_memory_gate(
         mut self,
         gate: Option<Arc<MemoryGate>>,
@@ -167,20 +168,25 @@ impl CaseStore {
         maps: &[bool],
     ) -> CaseStore {
         self.gate = gate.map(|g| {
-            let mut workers: HashMap<String, HashSet<usize>> = HashMap::new();
+            let mut paths: HashMap<String, HashMap<usize, HashSet<String>>> = HashMap::new();
             for t in trials.iter().filter(|t| t.ignore.is_none()) {
                 if let (Some(case), Some(w)) = (t.case(), t.worker_index()) {
-                    workers.entry(case.id.clone()).or_default().insert(w);
+                    let of_case = paths.entry(case.id.clone()).or_default();
+                    of_case.entry(w).or_default().insert(t.path());
                 }
             }
-            let flags = |w: HashSet<usize>| {
-                w.into_iter()
-                    .map(|i| maps.get(i).copied().unwrap_or(false))
+            let shares = |workers: HashMap<usize, HashSet<String>>| {
+                workers
+                    .into_iter()
+                    .map(|(w, paths)| WorkerShare {
+                        maps: maps.get(w).copied().unwrap_or(false),
+                        processes: paths.len(),
+                    })
                     .collect()
             };
             (
                 g,
-                workers.into_iter().map(|(id, w)| (id, flags(w))).collect(),
+                paths.into_iter().map(|(id, w)| (id, shares(w))).collect(),
             )
         });
         self
@@ -295,10 +301,10 @@ mod tests {
     }
 
     /// A case reserves, besides relattn's own copy, the pool's case file for every worker that
-    /// runs it and the floats for each one that loads them; a worker whose hello says it maps
-    /// the file (the torch workers) costs the file alone.
+    /// runs it and, for each of the worker's paths (a process each), the floats where the
+    /// worker loads the file and the stored bytes where it maps it (the torch workers).
     #[test]
-    fn a_worker_that_maps_the_case_file_reserves_the_file_alone() {
+    fn each_process_of_a_pool_reserves_its_own_tensors() {
         let case = Arc::new(
             load_tier("smoke")
                 .unwrap()
@@ -307,25 +313,31 @@ mod tests {
                 .cases
                 .remove(0),
         );
-        let hello = |name: &str, maps| crate::worker::protocol::Hello {
+        let hello = |name: &str, maps, paths: &[&str]| crate::worker::protocol::Hello {
             ok: true,
             protocol: 1,
             name: name.into(),
             version: "1".into(),
             device: None,
             capability: None,
-            paths: vec!["p".into()],
+            paths: paths.iter().map(|p| p.to_string()).collect(),
             split_paths: Vec::new(),
             unavailable: None,
             maps_case_files: maps,
         };
-        let (loads, maps) = (hello("loads", false), hello("maps", true));
-        let stored = stored_bytes(case.bytes(), case.facts().dtype.size_bytes());
-        let own = case.bytes() + stored;
+        let loads = hello("loads", false, &["p"]);
+        let maps = hello("maps", true, &["p"]);
+        let maps_two = hello("maps2", true, &["p", "q"]);
+        let (floats, stored) = (
+            case.bytes(),
+            stored_bytes(case.bytes(), case.facts().dtype.size_bytes()),
+        );
+        let own = floats + stored;
         for (workers, expected) in [
-            (vec![&loads], own + stored + case.bytes()),
-            (vec![&maps], own + stored),
-            (vec![&maps, &loads], own + 2 * stored + case.bytes()),
+            (vec![&loads], own + stored + floats),
+            (vec![&maps], own + 2 * stored),
+            (vec![&maps_two], own + 3 * stored),
+            (vec![&maps, &loads], own + 3 * stored + floats),
         ] {
             let info: Vec<_> = workers
                 .iter()
@@ -343,7 +355,8 @@ mod tests {
             );
             let used = store.get(&case);
             assert!(used.data().is_ok());
-            assert_eq!(gate.held().0, expected, "{flags:?}");
+            let names: Vec<&str> = workers.iter().map(|h| h.name.as_str()).collect();
+            assert_eq!(gate.held().0, expected, "{names:?}");
         }
     }
 }

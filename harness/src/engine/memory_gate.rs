@@ -25,7 +25,7 @@ use std::fs::{self, File};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The environment variable naming the ledger's folder.
 pub const ENV: &str = "RELATTN_MEMORY_DIR";
@@ -37,29 +37,39 @@ pub const BUDGET_ENV: &str = "RELATTN_MEMORY_BUDGET";
 pub const BUDGET_DENOMINATOR: u64 = 2;
 /// How often a waiting reservation looks again.
 const POLL: Duration = Duration::from_millis(200);
+/// How long the runs holding memory must all have waited, using none of it, before the one
+/// that waited longest goes on over the budget (`MemoryGate::try_reserve`).
+const STUCK_FOR: Duration = Duration::from_secs(5);
 const LOCK: &str = "ledger.lock";
 const SUFFIX: &str = ".entry";
 
+/// One worker's share of a case: whether it maps the case file (`maps_case_files` of its
+/// hello), and how many processes of its pool may hold the case at once (one per path of the
+/// worker the case has trials on: the pool hands each path's trials of a case to one process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerShare {
+    pub maps: bool,
+    pub processes: usize,
+}
+
 /// Bytes a case takes while it is in use, from its tensors' bytes as float32 (`Case::bytes`)
 /// and as stored (in the case's dtype, as a case file holds them), with one entry in `workers`
-/// per worker that runs it, true where the worker maps the case file (`maps_case_files` of its
-/// hello). relattn holds the floats (generating a case peaks there: 12.6 GB for a case of 12.9
-/// GB of floats) and, reading a case file, its stored bytes beside them. Each worker's pool
-/// writes the case file once (stored bytes, in a folder which may be memory); a worker that
-/// loads the case also holds its floats (the numpy workers), one that maps the file shares its
-/// pages (the torch workers: about 30 GB in use for `offset_over_2_31`, 12 GB of floats and 6 GB
-/// stored, through two of them on an H100, against 54 GiB when each was counted as loading
-/// the floats).
-pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: &[bool]) -> u64 {
+/// per worker that runs it. relattn holds the floats (generating a case peaks there: 12.6 GB
+/// for a case of 12.9 GB of floats) and, reading a case file, its stored bytes beside them.
+/// Each worker's pool writes the case file once (stored bytes, in a folder which may be
+/// memory); each of its processes that runs the case then holds its own tensors: the floats
+/// for one that loads the file (the numpy workers), the stored bytes for one that maps it
+/// (the torch workers share the file's pages but build their own tensors from them). Counting
+/// a mapping worker's pool as the file alone (30 GiB for `offset_over_2_31` through vllm and
+/// triton) let 8 runs side by side on a 128 GB H100 host drive the memory available down to
+/// 1.4 GB.
+pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: &[WorkerShare]) -> u64 {
     workers
         .iter()
-        .fold(float_bytes.saturating_add(stored_bytes), |sum, &maps| {
-            let copy = if maps {
-                stored_bytes
-            } else {
-                stored_bytes.saturating_add(float_bytes)
-            };
-            sum.saturating_add(copy)
+        .fold(float_bytes.saturating_add(stored_bytes), |sum, w| {
+            let each = if w.maps { stored_bytes } else { float_bytes };
+            let pool = stored_bytes.saturating_add(each.saturating_mul(w.processes as u64));
+            sum.saturating_add(pool)
         })
 }
 
@@ -250,8 +260,9 @@ impl MemoryGate {
         stopping: &dyn Fn() -> bool,
     ) -> Reservation {
         let mut ticket = None;
+        let mut stuck_since = None;
         loop {
-            match self.try_reserve(bytes, ticket, stopping()) {
+            match self.try_reserve(bytes, ticket, stopping(), &mut stuck_since) {
                 Ok(()) => {
                     return Reservation {
                         gate: self.clone(),
@@ -282,8 +293,15 @@ impl MemoryGate {
     }
 
     /// Reserves `bytes` when the rules allow, else gives the bytes other runs hold. `ticket`:
-    /// this thread's wait, once it waits.
-    fn try_reserve(&self, bytes: u64, ticket: Option<u64>, stopping: bool) -> Result<(), u64> {
+    /// this thread's wait, once it waits; `stuck_since`: since when the runs have looked stuck
+    /// to it, without a break.
+    fn try_reserve(
+        &self,
+        bytes: u64,
+        ticket: Option<u64>,
+        stopping: bool,
+        stuck_since: &mut Option<Instant>,
+    ) -> Result<(), u64> {
         let lock = ledger_lock(&self.dir);
         let mut own = self.own();
         let others = match &lock {
@@ -300,11 +318,15 @@ impl MemoryGate {
         let mine = own.entry();
         let first_here = ticket.is_some() && ticket == own.waits.keys().next().copied();
         let me = (mine.waiting_since, self.own_path.clone());
-        let stuck = first_here
+        let looks_stuck = first_here
             && mine.in_use == 0
             && others.iter().filter(|(e, _)| e.held > 0).all(|(e, path)| {
                 e.in_use == 0 && e.waiting_since != 0 && (e.waiting_since, path.clone()) > me
             });
+        // Only for `STUCK_FOR` without a break: a run between two trials of a case it holds
+        // looks stuck for a moment, and is not.
+        *stuck_since = looks_stuck.then(|| stuck_since.unwrap_or_else(Instant::now));
+        let stuck = stuck_since.is_some_and(|since| since.elapsed() >= STUCK_FOR);
         if others_held == 0 || fits || stuck || stopping {
             if let Some(t) = ticket {
                 own.waits.remove(&t);

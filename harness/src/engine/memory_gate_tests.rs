@@ -91,10 +91,18 @@ fn runs_waiting_on_each_other_let_the_first_waiter_go_on() {
     // a runs a trial on its case: both wait for it.
     assert!(rx_a.recv_timeout(SHORT).is_err());
     assert!(rx_b.try_recv().is_err());
-    // Its trial ends, the case stays (parked): nothing would be released any more, and
-    // a, the first to wait, goes on; b still waits.
+    // A pause between two of its trials is no deadlock: a gap shorter than STUCK_FOR lets
+    // nobody over the budget.
     parked_a.use_ended();
+    assert!(rx_a.recv_timeout(STUCK_FOR / 3).is_err());
+    parked_a.use_started();
+    assert!(rx_a.recv_timeout(STUCK_FOR).is_err());
+    // Its trial ends, the case stays (parked): nothing would be released any more, and
+    // after STUCK_FOR a, the first to wait, goes on; b still waits.
+    parked_a.use_ended();
+    let ended = std::time::Instant::now();
     rx_a.recv_timeout(LONG).expect("the first waiter goes on");
+    assert!(ended.elapsed() >= STUCK_FOR);
     assert!(rx_b.recv_timeout(SHORT).is_err());
     let granted_a = t_a.join().unwrap();
     drop((parked_a, granted_a));
@@ -191,15 +199,17 @@ fn an_entry_reads_back_and_garbage_holds_nothing() {
 }
 
 #[test]
-fn the_footprint_counts_a_copy_per_worker() {
+fn the_footprint_counts_the_pools_file_and_a_copy_per_process() {
+    let share = |maps, processes| WorkerShare { maps, processes };
     assert_eq!(footprint(12, 6, &[]), 18);
-    // Workers that load the floats: the file and the floats each.
-    assert_eq!(footprint(12, 6, &[false, false]), 54);
-    // Workers that map the file: the file alone.
-    assert_eq!(footprint(12, 6, &[true, true]), 30);
-    assert_eq!(footprint(12, 6, &[true, false]), 42);
-    assert_eq!(footprint(u64::MAX, 3, &[false; 3]), u64::MAX);
-    assert_eq!(footprint(3, u64::MAX, &[true]), u64::MAX);
-    assert_eq!(stored_bytes(12, 2), 6);
-    assert_eq!(stored_bytes(12, 4), 12);
+    // Loading: the file and the floats, per process.
+    assert_eq!(footprint(12, 6, &[share(false, 1), share(false, 1)]), 54);
+    assert_eq!(footprint(12, 6, &[share(false, 2)]), 48);
+    // Mapping: the file and the stored bytes, per process.
+    assert_eq!(footprint(12, 6, &[share(true, 1), share(true, 1)]), 42);
+    assert_eq!(footprint(12, 6, &[share(true, 2), share(true, 1)]), 48);
+    assert_eq!(footprint(12, 6, &[share(true, 1), share(false, 1)]), 48);
+    assert_eq!(footprint(u64::MAX, 3, &[share(false, 3)]), u64::MAX);
+    assert_eq!(footprint(3, u64::MAX, &[share(true, 1)]), u64::MAX);
+    assert_eq!(footprint(3, 2, &[share(true, usize::MAX)]), u64::MAX);
 }
