@@ -4,8 +4,8 @@
 //! preparing threads work from its front, just ahead of the device threads, and the others
 //! from its back, so the few cases whose references take seconds are started at once and are
 //! ready when the device threads reach them instead of stalling them. Bounded: at most
-//! `max_ahead` cases past the device threads from the front, and `max_bytes` of case tensors
-//! prepared but not yet taken from both ends (the next case always may be prepared, whatever
+//! `max_ahead` cases past the device threads from the front, half of `max_bytes` from the back,
+//! and `max_bytes` of case tensors prepared but not yet taken from both ends (the next case always may be prepared, whatever
 //! its size, as a device thread would build it anyway).
 
 use super::CaseStore;
@@ -47,6 +47,9 @@ struct State {
     front: usize,
     /// The back has claimed every case from this index on.
     back: usize,
+    /// Bytes of the cases the back claimed (at most half of `max_bytes`, so the front keeps
+    /// its room while they wait for the device threads).
+    back_bytes: u64,
     /// Bytes of the prepared cases not yet taken.
     bytes: u64,
     /// Which of those count in `bytes`.
@@ -71,6 +74,7 @@ impl Ahead {
                 taken: 0,
                 front: 0,
                 back: n,
+                back_bytes: 0,
                 bytes: 0,
                 counted: vec![false; n],
                 done: false,
@@ -101,14 +105,14 @@ impl Ahead {
     }
 
     /// Prepare cases from `end` of the queue until none is left or `stop` says so (run on each
-    /// preparing thread). A back thread whose next case does not fit the byte budget works
-    /// from the front from then on.
+    /// preparing thread). A back thread whose next case does not fit the back's half of the
+    /// byte budget works from the front from then on.
     pub fn work(&self, store: &CaseStore, end: End, stop: impl Fn() -> bool) {
         let mut end = end;
         loop {
             let i = {
                 let mut s = self.lock();
-                loop {
+                let i = loop {
                     if s.done || stop() || s.front >= s.back {
                         return;
                     }
@@ -117,8 +121,9 @@ impl Ahead {
                         if i < s.taken {
                             return;
                         }
-                        if s.bytes.saturating_add(self.cases[i].1) <= self.max_bytes {
+                        if s.back_bytes.saturating_add(self.cases[i].1) <= self.max_bytes / 2 {
                             s.back = i;
+                            s.back_bytes = s.back_bytes.saturating_add(self.cases[i].1);
                             break i;
                         }
                         end = End::Front;
@@ -140,16 +145,12 @@ impl Ahead {
                         .wait_timeout(s, Duration::from_millis(100))
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
-                }
-            };
-            {
-                let mut s = self.lock();
-                if i < s.taken {
-                    continue; // a device thread took it first and builds it itself
-                }
+                };
+                // Counted as it is claimed: no other thread claims against the old sum.
                 s.counted[i] = true;
                 s.bytes = s.bytes.saturating_add(self.cases[i].1);
-            }
+                i
+            };
             store.prepare(&self.cases[i].0);
         }
     }
@@ -194,6 +195,16 @@ mod tests {
         cases.into_iter().take(n).map(Arc::new).collect()
     }
 
+    /// Waits (at most a minute) until `n` cases are prepared, then a little longer for any
+    /// preparation beyond them.
+    fn settled(ahead: &Ahead, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while ahead.pending().0 < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     #[test]
     fn preparation_stays_within_max_ahead_and_catches_up_as_cases_are_taken() {
         let cases = smoke_cases(6);
@@ -204,11 +215,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| ahead.work(&store, End::Front, || false));
             // Only two cases may be prepared before any is taken.
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while ahead.pending().0 < 2 && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            std::thread::sleep(Duration::from_millis(200));
+            settled(&ahead, 2);
             assert_eq!(ahead.pending().0, 2);
             for i in 0..n {
                 ahead.taken(i);
@@ -225,11 +232,7 @@ mod tests {
         let ahead = Ahead::new(cases, 8, 1);
         std::thread::scope(|s| {
             s.spawn(|| ahead.work(&store, End::Front, || false));
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while ahead.pending().0 < 1 && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            std::thread::sleep(Duration::from_millis(200));
+            settled(&ahead, 1);
             // Over budget after the first: only the next case is prepared.
             assert_eq!(ahead.pending().0, 1);
             ahead.finish();
@@ -255,18 +258,15 @@ mod tests {
         cases.sort_by(|a, b| by_cost(a, b));
         let n = cases.len();
         assert!(n >= 4);
-        // Room for the last two cases: the back prepares them before any case is taken, then
-        // the front's next case (always allowed), and waits for the device threads.
-        let budget = cases[n - 1].bytes() + cases[n - 2].bytes();
+        // The back's half of the budget holds the last two cases: it prepares them before any
+        // case is taken, then the front's next case (always allowed), and waits for the device
+        // threads.
+        let budget = 2 * (cases[n - 1].bytes() + cases[n - 2].bytes());
         let store = CaseStore::keep_all();
         let ahead = Ahead::new(cases, 1, budget);
         std::thread::scope(|s| {
             s.spawn(|| ahead.work(&store, End::Back, || false));
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while ahead.pending().0 < 3 && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            std::thread::sleep(Duration::from_millis(200));
+            settled(&ahead, 3);
             assert_eq!(ahead.pending().0, 3);
             let ready = ahead.lock().counted.clone();
             let mut expected = vec![false; n];
@@ -289,5 +289,30 @@ mod tests {
         let first = cases.first().unwrap().flops();
         let last = cases.last().unwrap().flops();
         assert!(last > 1000.0 * first.max(1.0), "{first} {last}");
+    }
+
+    #[test]
+    fn threads_at_both_ends_together_keep_within_the_byte_budget() {
+        let mut cases = smoke_cases(12);
+        cases.sort_by(|a, b| by_cost(a, b));
+        let largest = cases.iter().map(|c| c.bytes()).max().unwrap();
+        // Room for about three of the larger cases: each claim is counted under the lock it is
+        // made under, so six threads never take more together (the case at the device threads'
+        // position may always be prepared, whatever its size).
+        let budget = 3 * largest;
+        let store = CaseStore::keep_all();
+        let ahead = Ahead::new(cases, 64, budget);
+        std::thread::scope(|s| {
+            for end in [End::Back, End::Back, End::Front, End::Front, End::Front, End::Front] {
+                let (ahead, store) = (&ahead, &store);
+                s.spawn(move || ahead.work(store, end, || false));
+            }
+            let until = std::time::Instant::now() + Duration::from_millis(500);
+            while std::time::Instant::now() < until {
+                assert!(ahead.pending().1 <= budget + largest, "{:?}", ahead.pending());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ahead.finish();
+        });
     }
 }

@@ -212,4 +212,6 @@ fn the_footprint_counts_the_pools_file_and_a_copy_per_process() {
     assert_eq!(footprint(u64::MAX, 3, &[share(false, 3)]), u64::MAX);
     assert_eq!(footprint(3, u64::MAX, &[share(true, 1)]), u64::MAX);
     assert_eq!(footprint(3, 2, &[share(true, usize::MAX)]), u64::MAX);
+    assert_eq!(stored_bytes(12, 2), 6);
+    assert_eq!(stored_bytes(12, 4), 12);
 }

@@ -183,7 +183,9 @@ pub fn run_path_timed(
     let out = if image.len() >= 4 {
         stream.clone_htod(image)
     } else {
-        stream.clone_htod(&[0u8; 4])
+        let mut padded = [0u8; 4];
+        padded[..image.len()].copy_from_slice(image);
+        stream.clone_htod(&padded)
     }
     .map_err(driver("poisoning out"))?;
 
