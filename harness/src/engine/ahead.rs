@@ -303,13 +303,24 @@ mod tests {
         let store = CaseStore::keep_all();
         let ahead = Ahead::new(cases, 64, budget);
         std::thread::scope(|s| {
-            for end in [End::Back, End::Back, End::Front, End::Front, End::Front, End::Front] {
+            for end in [
+                End::Back,
+                End::Back,
+                End::Front,
+                End::Front,
+                End::Front,
+                End::Front,
+            ] {
                 let (ahead, store) = (&ahead, &store);
                 s.spawn(move || ahead.work(store, end, || false));
             }
             let until = std::time::Instant::now() + Duration::from_millis(500);
             while std::time::Instant::now() < until {
-                assert!(ahead.pending().1 <= budget + largest, "{:?}", ahead.pending());
+                assert!(
+                    ahead.pending().1 <= budget + largest,
+                    "{:?}",
+                    ahead.pending()
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             ahead.finish();

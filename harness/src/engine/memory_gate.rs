@@ -120,6 +120,8 @@ impl Own {
 pub struct MemoryGate {
     dir: PathBuf,
     budget: u64,
+    /// `STUCK_FOR` (shorter in tests).
+    stuck_for: Duration,
     own: Mutex<Own>,
     own_path: PathBuf,
 }
@@ -226,6 +228,7 @@ impl MemoryGate {
         Ok(MemoryGate {
             dir: dir.to_path_buf(),
             budget,
+            stuck_for: STUCK_FOR,
             own: Mutex::new(Own {
                 file,
                 held: 0,
@@ -326,7 +329,7 @@ impl MemoryGate {
         // Only for `STUCK_FOR` without a break: a run between two trials of a case it holds
         // looks stuck for a moment, and is not.
         *stuck_since = looks_stuck.then(|| stuck_since.unwrap_or_else(Instant::now));
-        let stuck = stuck_since.is_some_and(|since| since.elapsed() >= STUCK_FOR);
+        let stuck = stuck_since.is_some_and(|since| since.elapsed() >= self.stuck_for);
         if others_held == 0 || fits || stuck || stopping {
             if let Some(t) = ticket {
                 own.waits.remove(&t);

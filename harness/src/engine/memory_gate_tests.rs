@@ -2,8 +2,13 @@
 use super::*;
 use std::sync::mpsc;
 
+/// How long runs must look stuck here (`STUCK_FOR` in a run).
+const STUCK: Duration = Duration::from_millis(1500);
+
 fn gate(dir: &Path, budget: u64) -> Arc<MemoryGate> {
-    Arc::new(MemoryGate::open(dir, budget).unwrap())
+    let mut gate = MemoryGate::open(dir, budget).unwrap();
+    gate.stuck_for = STUCK;
+    Arc::new(gate)
 }
 
 /// Reserve on a thread of its own; the receiver hears when it is granted.
@@ -91,18 +96,18 @@ fn runs_waiting_on_each_other_let_the_first_waiter_go_on() {
     // a runs a trial on its case: both wait for it.
     assert!(rx_a.recv_timeout(SHORT).is_err());
     assert!(rx_b.try_recv().is_err());
-    // A pause between two of its trials is no deadlock: a gap shorter than STUCK_FOR lets
-    // nobody over the budget.
+    // A pause between two of its trials is no deadlock: a gap shorter than the stuck period
+    // lets nobody over the budget.
     parked_a.use_ended();
-    assert!(rx_a.recv_timeout(STUCK_FOR / 3).is_err());
+    assert!(rx_a.recv_timeout(STUCK / 3).is_err());
     parked_a.use_started();
-    assert!(rx_a.recv_timeout(STUCK_FOR).is_err());
+    assert!(rx_a.recv_timeout(STUCK).is_err());
     // Its trial ends, the case stays (parked): nothing would be released any more, and
-    // after STUCK_FOR a, the first to wait, goes on; b still waits.
+    // after the stuck period a, the first to wait, goes on; b still waits.
     parked_a.use_ended();
     let ended = std::time::Instant::now();
     rx_a.recv_timeout(LONG).expect("the first waiter goes on");
-    assert!(ended.elapsed() >= STUCK_FOR);
+    assert!(ended.elapsed() >= STUCK);
     assert!(rx_b.recv_timeout(SHORT).is_err());
     let granted_a = t_a.join().unwrap();
     drop((parked_a, granted_a));
