@@ -62,7 +62,7 @@ pub struct WorkerShare {
 /// (the torch workers share the file's pages but build their own tensors from them). Counting
 /// a mapping worker's pool as the file alone (30 GiB for `offset_over_2_31` through vllm and
 /// triton) let 8 runs side by side on a 128 GB H100 host drive the memory available down to
-/// 1.4 GB.
+/// 1.3 GB, and the system killed five of them.
 pub fn footprint(float_bytes: u64, stored_bytes: u64, workers: &[WorkerShare]) -> u64 {
     workers
         .iter()
