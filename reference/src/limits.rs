@@ -280,14 +280,39 @@ fn address_space_limit(limits: &str) -> Option<u64> {
 
 /// `MemTotal` of /proc/meminfo text, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    meminfo_bytes(meminfo, "MemTotal:")
+}
+
+/// A /proc/meminfo figure (kB there) in bytes.
+fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(key))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// The memory the system could give without swapping now (`MemAvailable` of /proc/meminfo,
+/// read anew on each call), or None where it cannot be read.
+pub fn memory_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_bytes(&text, "MemAvailable:")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meminfo_figures_are_read_in_bytes() {
+        let meminfo = "MemTotal:       131072000 kB\nMemFree:         1000 kB\nMemAvailable:   \
+                       65536000 kB\n";
+        assert_eq!(mem_total(meminfo), Some(131_072_000 * 1024));
+        assert_eq!(
+            meminfo_bytes(meminfo, "MemAvailable:"),
+            Some(65_536_000 * 1024)
+        );
+        assert_eq!(meminfo_bytes("MemTotal: lots kB\n", "MemTotal:"), None);
+        assert_eq!(meminfo_bytes("", "MemAvailable:"), None);
+    }
 
     #[test]
     fn the_lowest_memory_figure_wins_and_ulimit_v_counts() {

@@ -122,6 +122,8 @@ pub struct MemoryGate {
     budget: u64,
     /// `STUCK_FOR` (shorter in tests).
     stuck_for: Duration,
+    /// The memory the system could give now (`limits::memory_available`; a stand-in in tests).
+    available: fn() -> Option<u64>,
     own: Mutex<Own>,
     own_path: PathBuf,
 }
@@ -229,6 +231,7 @@ impl MemoryGate {
             dir: dir.to_path_buf(),
             budget,
             stuck_for: STUCK_FOR,
+            available: relattn_reference::limits::memory_available,
             own: Mutex::new(Own {
                 file,
                 held: 0,
@@ -273,7 +276,7 @@ impl MemoryGate {
                         users: Mutex::new(1),
                     }
                 }
-                Err(others) if ticket.is_none() => {
+                Err((others, short)) if ticket.is_none() => {
                     let mut own = self.own();
                     let t = own.next_ticket;
                     own.next_ticket += 1;
@@ -281,8 +284,11 @@ impl MemoryGate {
                     own.write();
                     ticket = Some(t);
                     drop(own);
+                    let short = short
+                        .map(|a| format!("; the machine has {} available", gib(a)))
+                        .unwrap_or_default();
                     eprintln!(
-                        "relattn: waiting for memory: case {what} takes about {} in use; other relattn runs on this machine hold {} of the {} their cases may take together ({ENV}: {})",
+                        "relattn: waiting for memory: case {what} takes about {} in use; other relattn runs on this machine hold {} of the {} their cases may take together{short} ({ENV}: {})",
                         gib(bytes),
                         gib(others),
                         gib(self.budget),
@@ -295,7 +301,8 @@ impl MemoryGate {
         }
     }
 
-    /// Reserves `bytes` when the rules allow, else gives the bytes other runs hold. `ticket`:
+    /// Reserves `bytes` when the rules allow, else gives the bytes other runs hold and, when
+    /// they fit the budget but not the memory the machine has available, that memory. `ticket`:
     /// this thread's wait, once it waits; `stuck_since`: since when the runs have looked stuck
     /// to it, without a break.
     fn try_reserve(
@@ -304,7 +311,7 @@ impl MemoryGate {
         ticket: Option<u64>,
         stopping: bool,
         stuck_since: &mut Option<Instant>,
-    ) -> Result<(), u64> {
+    ) -> Result<(), (u64, Option<u64>)> {
         let lock = ledger_lock(&self.dir);
         let mut own = self.own();
         let others = match &lock {
@@ -315,6 +322,17 @@ impl MemoryGate {
             .iter()
             .fold(0u64, |a, (e, _)| a.saturating_add(e.held));
         let fits = others_held.saturating_add(own.held).saturating_add(bytes) <= self.budget;
+        // Beside other runs' cases, the case must also fit what the machine has available now,
+        // less a sixteenth of its memory: a footprint the ledger counts too low, or memory
+        // other programs take, makes it wait instead of the system killing runs.
+        let available = if fits && others_held > 0 {
+            (self.available)()
+        } else {
+            None
+        };
+        let margin = relattn_reference::limits::memory_bytes().0 / 16;
+        let short = available.filter(|&a| bytes.saturating_add(margin) > a);
+        let fits = fits && short.is_none();
         // Nothing would be released: every other run holding memory waits and uses none of
         // it (no case being built or run), and neither does this one; the run that has waited
         // longest (then the lowest entry name) goes on, through its longest-waiting thread only.
@@ -340,7 +358,7 @@ impl MemoryGate {
             own.write();
             return Ok(());
         }
-        Err(others_held)
+        Err((others_held, short))
     }
 
     /// The entries of the other live runs; entries of runs that ended are removed.

@@ -220,3 +220,33 @@ fn the_footprint_counts_the_pools_file_and_a_copy_per_process() {
     assert_eq!(stored_bytes(12, 2), 6);
     assert_eq!(stored_bytes(12, 4), 12);
 }
+
+/// What the stand-in says the machine has available (`available_stand_in`).
+static AVAILABLE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn available_stand_in() -> Option<u64> {
+    Some(AVAILABLE.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+/// A case that fits the budget beside other runs' cases still waits while the machine has
+/// less available than it takes (with a margin); a run alone is never held back by it.
+#[test]
+fn a_case_beside_others_also_waits_for_the_memory_the_machine_has() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = MemoryGate::open(dir.path(), 100).unwrap();
+    b.available = available_stand_in;
+    let b = Arc::new(b);
+    AVAILABLE.store(0, SeqCst);
+    let alone = b.reserve(20, "alone", &|| false);
+    drop(alone);
+    let a = gate(dir.path(), 100);
+    let held = a.reserve(30, "a's case", &|| false);
+    // 30 + 20 fits the budget of 100, not the machine's 0 bytes available.
+    let (rx, t) = reserve_later(&b, 20);
+    assert!(rx.recv_timeout(SHORT).is_err());
+    AVAILABLE.store(u64::MAX, SeqCst);
+    rx.recv_timeout(LONG)
+        .expect("granted once the machine has the memory");
+    drop((t.join().unwrap(), held));
+}
