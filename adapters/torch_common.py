@@ -123,8 +123,8 @@ def device_floats(torch, array, device, dtype):
 
 # The torch workers build every float tensor with `case_tensor`: on the stored bytes of the case
 # file, which `casefile.read_safetensors` maps when it is large, without a float32 copy. Their
-# hello says so (`maps_case_files`), and relattn's memory ledger counts their copy of a case as
-# the pool's one file.
+# hello says so (`maps_case_files`), and relattn's memory ledger counts, for each of their
+# processes that runs a case, the stored bytes rather than the floats.
 MAPS_CASE_FILES = True
 
 

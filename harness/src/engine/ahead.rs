@@ -5,8 +5,8 @@
 //! from its back, so the few cases whose references take seconds are started at once and are
 //! ready when the device threads reach them instead of stalling them. Bounded: at most
 //! `max_ahead` cases past the device threads from the front, half of `max_bytes` from the back,
-//! and `max_bytes` of case tensors prepared but not yet taken from both ends (the next case always may be prepared, whatever
-//! its size, as a device thread would build it anyway).
+//! and `max_bytes` of case tensors prepared but not yet taken from both ends (the next case
+//! always may be prepared, whatever its size, as a device thread would build it anyway).
 
 use super::CaseStore;
 use relattn_matrices::Case;
@@ -107,8 +107,7 @@ impl Ahead {
     /// Prepare cases from `end` of the queue until none is left or `stop` says so (run on each
     /// preparing thread). A back thread whose next case does not fit the back's half of the
     /// byte budget works from the front from then on.
-    pub fn work(&self, store: &CaseStore, end: End, stop: impl Fn() -> bool) {
-        let mut end = end;
+    pub fn work(&self, store: &CaseStore, mut end: End, stop: impl Fn() -> bool) {
         loop {
             let i = {
                 let mut s = self.lock();

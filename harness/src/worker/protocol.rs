@@ -35,8 +35,8 @@ pub struct Hello {
     pub unavailable: Option<String>,
     /// Whether the worker builds its tensors on a mapping of the case file (pages shared with
     /// the file and the pool's other processes) without a float32 copy (optional; default
-    /// false: it loads the floats). The memory ledger counts such a worker's copy of a case as
-    /// the pool's one file alone.
+    /// false: it loads the floats). The memory ledger counts, for each of such a worker's
+    /// processes that runs a case, the stored bytes instead of the floats (`footprint`).
     #[serde(default)]
     pub maps_case_files: bool,
 }

@@ -12,12 +12,11 @@ use super::launch_plan::{
 };
 use super::params::Params;
 use super::paths::Stage;
-use super::upload::{bits_at, unwritten_bits, DeviceProblem};
+use super::upload::{poisoned, unwritten_bits, DeviceProblem};
 use crate::routing::PathId;
 use crate::routing::SplitSetting;
 use cudarc::driver::{sys, CudaSlice, DevicePtr, DriverError};
 use ndarray::Array3;
-use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What one run of a path produced.
@@ -273,15 +272,14 @@ pub fn run_path_timed(
     let out_bytes = &bytes[..problem.out_poison.len()];
     let padding_start = g.real_rows * g.num_heads * g.head_dim * g.dtype.size_bytes();
     let padding_intact = out_bytes[padding_start..] == problem.out_poison[padding_start..];
-    let poison = unwritten_bits(g.dtype);
     let real = g.real_rows * g.num_heads * g.head_dim;
-    let is_unwritten = |i: &usize| bits_at(g.dtype, out_bytes, *i) == poison;
-    let unwritten = (0..real).into_par_iter().filter(is_unwritten).count();
-    let first_unwritten = (0..real).into_par_iter().find_first(is_unwritten).map(|i| {
-        let c = i % g.head_dim;
-        let h = (i / g.head_dim) % g.num_heads;
-        (i / (g.head_dim * g.num_heads), h, c)
-    });
+    let (unwritten, first_unwritten) = poisoned(
+        g.dtype,
+        out_bytes,
+        real,
+        (g.num_heads, g.head_dim),
+        unwritten_bits(g.dtype),
+    );
     let out = problem.decode_out(out_bytes);
     // Warm repeats, for the time alone: the output above is the first launch's.
     let mut warm_ms = Vec::new();

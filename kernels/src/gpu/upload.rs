@@ -34,7 +34,6 @@ pub fn padding_bits(dtype: DType) -> u32 {
 /// Little-endian bytes of `values` in `dtype` (values are exactly representable, so this is
 /// exact), encoded in parallel chunks (a long-context cache holds billions of values).
 pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    use rayon::prelude::*;
     const CHUNK: usize = 1 << 16;
     let width = dtype.size_bytes();
     let mut out = vec![0u8; values.len() * width];
@@ -63,6 +62,25 @@ pub fn bits_at(dtype: DType, bytes: &[u8], i: usize) -> u32 {
             bytes[4 * i + 3],
         ]),
     }
+}
+
+/// How many of the first `elements` elements of a little-endian `dtype` buffer of `[rows,
+/// heads, dim]` still hold `poison`, and the first of them (row, head, column): one parallel
+/// pass.
+pub fn poisoned(
+    dtype: DType,
+    bytes: &[u8],
+    elements: usize,
+    (heads, dim): (usize, usize),
+    poison: u32,
+) -> (usize, Option<(usize, usize, usize)>) {
+    let (count, first) = (0..elements)
+        .into_par_iter()
+        .filter(|&i| bits_at(dtype, bytes, i) == poison)
+        .map(|i| (1usize, i))
+        .reduce(|| (0, usize::MAX), |a, b| (a.0 + b.0, a.1.min(b.1)));
+    let first = (count > 0).then(|| (first / (dim * heads), (first / dim) % heads, first % dim));
+    (count, first)
 }
 
 /// The value of a bit pattern of `dtype`.
@@ -193,6 +211,30 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn poisoned_elements_are_counted_and_the_first_located_in_one_pass() {
+        let (heads, dim) = (3, 4);
+        let poison = unwritten_bits(DType::Bf16);
+        let values = vec![1.5f32; 5 * heads * dim];
+        let mut bytes = encode(DType::Bf16, &values);
+        let (n, first) = poisoned(DType::Bf16, &bytes, values.len(), (heads, dim), poison);
+        assert_eq!((n, first), (0, None));
+        // Elements (row 1, head 2, column 3) and (row 4, head 0, column 1), and one past the
+        // elements asked about.
+        for i in [
+            dim * heads + 2 * dim + 3,
+            4 * dim * heads + 1,
+            values.len() - 1,
+        ] {
+            bytes[2 * i..2 * i + 2].copy_from_slice(&(poison as u16).to_le_bytes());
+        }
+        let asked = values.len() - 1;
+        assert_eq!(
+            poisoned(DType::Bf16, &bytes, asked, (heads, dim), poison),
+            (2, Some((1, 2, 3)))
+        );
+    }
 
     #[test]
     fn encode_then_decode_gives_every_value_back_across_chunk_boundaries() {
