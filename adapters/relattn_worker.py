@@ -36,6 +36,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -186,6 +187,12 @@ class Worker:
     def route(self, cc, shape):
         """Return {"path", "rejected", "reason", "num_splits"} for capability `cc` ("9.0")."""
         raise Unsupported("this worker has no routing")
+
+    def warm_up(self):
+        """Work every run needs first and hello does not (imports, the device's context): done
+        on a thread of its own once hello is answered, while relattn builds the first case, and
+        the first run waits for it. A failure here is the first run's to meet again. Default:
+        nothing."""
 
     def set_unavailable(self, why, log_as=None):
         """Record at start why no run can work here (`why` None or "" when runs can: a missing
@@ -347,14 +354,43 @@ def _route_request(worker, request):
     return {"ok": True, "id": request.get("id"), **answer}
 
 
+def _start_warm_up(worker):
+    """Start the worker's `warm_up` on a thread of its own, once, when it has one and runs can
+    work here."""
+    if getattr(worker, "_warming", None) is not None or getattr(worker, "unavailable", None):
+        return
+    if getattr(type(worker), "warm_up", Worker.warm_up) is Worker.warm_up:
+        return
+
+    def warm():
+        try:
+            worker.warm_up()
+        except Exception as e:
+            log(f"{worker.name} worker: warm-up failed (the first run will try again): "
+                f"{type(e).__name__}: {e}")
+
+    worker._warming = threading.Thread(target=warm, name="warm-up", daemon=True)
+    worker._warming.start()
+
+
+def _warmed(worker):
+    """Wait for the worker's warm-up, if one runs."""
+    warming = getattr(worker, "_warming", None)
+    if warming is not None:
+        warming.join()
+
+
 def handle(worker, request):
     """The answer to one parsed request (None for bye)."""
     if not isinstance(request, dict):
         raise BadRequest("a request is one JSON object")
     op = request.get("op")
     if op == "hello":
-        return worker.hello()
+        answer = worker.hello()
+        _start_warm_up(worker)
+        return answer
     if op == "run":
+        _warmed(worker)
         worker.request = request
         return _run_request(worker, request)
     if op == "route":

@@ -226,6 +226,15 @@ class VllmWorker(Worker):
         except Exception as e:
             self.gpu_error = f"{type(e).__name__}: {e}"
 
+    def warm_up(self):
+        """The device's context and both entries' imports (the CuTe DSL kernels' modules),
+        ahead of the first run."""
+        if self.torch is None:
+            return
+        self.torch.empty(1, device="cuda")
+        for sheared in (False, True):
+            self._entry_error(sheared)
+
     def route(self, cc, shape):
         if self.op.error:
             raise Unsupported(self.op.error)

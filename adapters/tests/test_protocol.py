@@ -2,6 +2,7 @@
 
 import os
 import textwrap
+import threading
 import unittest
 from unittest import mock
 
@@ -192,6 +193,56 @@ class Unavailable(unittest.TestCase):
             self.assertIsNone(UnavailableWorker("").unavailable)
             UnavailableWorker("quiet")
             self.assertEqual(log.call_count, 1)
+
+
+class WarmingWorker(Worker):
+    name, paths = "warming", ["a"]
+
+    def __init__(self, fail=False, unavailable=None):
+        self.release, self.events, self.fail = threading.Event(), [], fail
+        self.set_unavailable(unavailable)
+
+    def warm_up(self):
+        # Waits for the test to release it: hello must have been answered meanwhile.
+        self.events.append("warming" if self.release.wait(10) else "never released")
+        if self.fail:
+            raise RuntimeError("no context")
+        self.events.append("warm")
+
+
+class WarmUp(unittest.TestCase):
+    """A worker's warm-up runs on its own thread after hello, and the first run waits for it."""
+
+    def test_hello_is_answered_first_and_the_first_run_waits(self):
+        w = WarmingWorker()
+        self.assertTrue(relattn_worker.handle(w, HELLO)["ok"])
+        self.assertEqual(w.events, [])
+        w.release.set()
+        # A run request (a bad one: it fails after the wait) joins the warm-up first.
+        with self.assertRaises(relattn_worker.BadRequest):
+            relattn_worker.handle(w, {"op": "run"})
+        self.assertEqual(w.events, ["warming", "warm"])
+        # Once: a second hello starts no second warm-up.
+        relattn_worker.handle(w, HELLO)
+        relattn_worker._warmed(w)
+        self.assertEqual(w.events, ["warming", "warm"])
+
+    def test_a_failed_warm_up_is_logged_and_runs_go_on(self):
+        w = WarmingWorker(fail=True)
+        w.release.set()
+        with mock.patch.object(relattn_worker, "log") as log:
+            relattn_worker.handle(w, HELLO)
+            relattn_worker._warmed(w)
+        self.assertEqual(w.events, ["warming"])
+        self.assertIn("warm-up failed (the first run will try again): RuntimeError: no context",
+                      log.call_args[0][0])
+        with self.assertRaises(relattn_worker.BadRequest):
+            relattn_worker.handle(w, {"op": "run"})
+
+    def test_no_warm_up_without_one_or_when_nothing_can_run(self):
+        for w in (UnavailableWorker(None), WarmingWorker(unavailable="no device")):
+            relattn_worker.handle(w, HELLO)
+            self.assertIsNone(getattr(w, "_warming", None))
 
 
 class ReleaseDeviceMemory(unittest.TestCase):

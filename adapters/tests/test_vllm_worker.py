@@ -10,6 +10,7 @@ import subprocess
 import sys
 import types
 import unittest
+import unittest.mock
 
 import numpy as np
 
@@ -226,6 +227,41 @@ def hnd_buffer(key_cache, value_cache):
     key[...] = key_cache
     value[...] = value_cache
     return buf
+
+
+class WarmUp(unittest.TestCase):
+    """The worker's warm-up (relattn_worker.Worker.warm_up): the device's context, then both
+    entries imported, their errors kept for the runs; nothing without a usable GPU."""
+
+    def worker(self, torch_module):
+        w = vllm_worker.VllmWorker.__new__(vllm_worker.VllmWorker)
+        w.torch, w.kernel_errors = torch_module, {}
+        return w
+
+    def test_the_context_then_both_entries(self):
+        calls = []
+        fake_torch = types.SimpleNamespace(empty=lambda n, device: calls.append(("empty", device)))
+        w = self.worker(fake_torch)
+        imported = []
+
+        def import_module(name):
+            imported.append(name)
+            if "tml_fa4" in name:
+                raise ImportError("no tml_fa4 here")
+
+        with unittest.mock.patch.object(vllm_worker.importlib, "import_module", import_module):
+            w.warm_up()
+            # A run asks again: the import is not tried twice, its error is kept.
+            self.assertIn("no tml_fa4 here", w._entry_error(True))
+        self.assertEqual(calls, [("empty", "cuda")])
+        self.assertEqual(imported, ["vllm.vllm_flash_attn.cute", "vllm.third_party.tml_fa4"])
+        self.assertIsNone(w._entry_error(False))
+
+    def test_nothing_without_a_gpu(self):
+        w = self.worker(None)
+        with unittest.mock.patch.object(vllm_worker.importlib, "import_module") as imp:
+            w.warm_up()
+        imp.assert_not_called()
 
 
 class CacheLayout(unittest.TestCase):

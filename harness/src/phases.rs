@@ -59,6 +59,7 @@ pub fn time<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
     let out = f();
     let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     phase.slot().fetch_add(nanos, Ordering::Relaxed);
+    crate::trace::record(phase.name(), started);
     out
 }
 

@@ -202,6 +202,10 @@ pub trait Runner: Send + Sync {
     /// Add software versions and compile checks to a report's environment.
     fn describe(&self, _env: &mut relattn_reports::Environment) {}
 
+    /// Prepare what `req`'s run will need before it runs, where that takes long (a worker's
+    /// case file of gigabytes), while something else runs; the run does it itself otherwise.
+    fn stage(&self, _req: &RunRequest<'_>) {}
+
     /// Whether `target` takes a forced split count (triage runs a split trial with one split).
     fn takes_forced_splits(&self, _target: &Target) -> bool {
         true

@@ -7,6 +7,7 @@ use ndarray::Array2;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 /// The same problem with its caches in `layout` (every slot copied, poisoned ones included).
 pub fn with_layout(p: &Problem, layout: CacheLayout) -> Problem {
@@ -85,15 +86,39 @@ pub fn split_request(p: &Problem, b: usize, first_len: usize) -> Option<Problem>
 /// must not read (docs/operator.md section 5, class 7). None when the problem holds no non-finite
 /// value.
 pub fn finite_unread(p: &Problem) -> Option<Problem> {
+    // In parallel: a case past 2^31 elements takes seconds on one thread, on the path of a
+    // failing trial's triage.
     let finite = |x: &f32| x.is_finite();
-    if p.q.iter().all(finite) && p.rel_logits.iter().all(finite) && p.kv.iter().all(finite) {
+    let all_finite = |a: &ndarray::Array3<f32>| {
+        a.as_slice_memory_order()
+            .map_or_else(|| a.iter().all(finite), |s| s.par_iter().all(finite))
+    };
+    if all_finite(&p.q) && all_finite(&p.rel_logits) && p.kv.par_iter().all(finite) {
         return None;
     }
     let zero = |x: f32| if x.is_finite() { x } else { 0.0 };
-    let mut data = p.data().clone();
-    data.q.mapv_inplace(zero);
-    data.rel_logits.mapv_inplace(zero);
-    data.kv.iter_mut().for_each(|x| *x = zero(*x));
+    let d = p.data();
+    let data = ProblemData {
+        dtype: d.dtype,
+        num_heads: d.num_heads,
+        num_kv_heads: d.num_kv_heads,
+        head_dim: d.head_dim,
+        rel_extent: d.rel_extent,
+        page_size: d.page_size,
+        num_blocks: d.num_blocks,
+        softmax_scale: d.softmax_scale,
+        window_left: d.window_left,
+        q: d.q.mapv(zero),
+        rel_logits: d.rel_logits.mapv(zero),
+        kv: d.kv.par_iter().map(|&x| zero(x)).collect(),
+        layout: d.layout,
+        rows: d.rows,
+        k: d.k,
+        v: d.v,
+        block_table: d.block_table.clone(),
+        seqused_k: d.seqused_k.clone(),
+        cu_seqlens_q: d.cu_seqlens_q.clone(),
+    };
     Some(Problem::new(data).expect("finite values keep a valid problem valid"))
 }
 

@@ -194,6 +194,7 @@ pub fn run_with(
     let report_out = out::resolve(args.out.as_deref(), args.resume).map_err(exit::usage)?;
     // At once, before anything slow: a second run into this --out stops here naming the first.
     let _lock = crate::run_lock::RunLock::acquire(&report_out.dir).map_err(exit::usage)?;
+    crate::trace::init().map_err(exit::usage)?;
     let run_started = Instant::now();
     let tally = Arc::new(Mutex::new(Tally {
         phase: "setup (matrix, devices, kernels, workers)",

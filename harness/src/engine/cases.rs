@@ -230,7 +230,7 @@ impl CaseStore {
                 let copies = workers.get(&case.id).map(Vec::as_slice).unwrap_or(&[]);
                 let stored = stored_bytes(case.bytes(), case.facts().dtype.size_bytes());
                 let bytes = footprint(case.bytes(), stored, copies);
-                gate.reserve(bytes, &case.id, &super::stopping)
+                crate::trace::span("memory", || gate.reserve(bytes, &case.id, &super::stopping))
             });
             CaseData::cached(case, self.disk.as_ref()).map(|data| {
                 if let Some(m) = &memory {

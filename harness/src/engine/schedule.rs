@@ -155,8 +155,11 @@ pub(super) fn run_all(
             let queue = Arc::new(super::compile_key::UnitQueue::new(
                 super::compile_key::units(trials),
             ));
-            let threads = session.workers[index].pool_size().min(queue.len());
+            let worker = &session.workers[index];
+            let threads = worker.pool_size().min(queue.len());
             for slot in 0..threads {
+                // The process starts while its thread builds the first unit's case.
+                scope.spawn(move || worker.warm(slot));
                 let (queue, tx, store, set) =
                     (queue.clone(), tx.clone(), store.clone(), set.clone());
                 let runners = Runners {

@@ -78,6 +78,25 @@ fn word(o: Outcome) -> &'static str {
     }
 }
 
+/// The case id and life a variant's run of `problem` goes by. The case again, through a worker,
+/// is its file (a worker's process reads the file anew for each request), not another copy of
+/// gigabytes. Else another case id (the native runner keeps a case's upload by its id) and the
+/// variant's own life, `own`: its file goes when the variant's runs end.
+fn variant_key<'a>(
+    case: &Case,
+    data: &'a CaseData,
+    target: &Target,
+    problem: &Problem,
+    variant: &str,
+    own: &'a CaseLife,
+) -> (String, &'a CaseLife) {
+    if std::ptr::eq(problem, &data.problem) && matches!(target, Target::Worker { .. }) {
+        (case.id.clone(), &data.life)
+    } else {
+        (format!("{}+{variant}", case.id), own)
+    }
+}
+
 /// Triage `trial` (whose first run ended `first`) on `runner`'s `slot`, and write the cause and
 /// each variant's verdict into `row` (`cause` and `triage` columns, and the message).
 #[allow(clippy::too_many_arguments)]
@@ -107,25 +126,14 @@ pub fn triage(
         );
         return;
     }
-    let run = |problem: &Problem, variant: &str, split: SplitSetting| {
-        // The case again, through a worker: its file (a worker's process reads the file anew
-        // for each request), not another copy of gigabytes. Else another case id (the native
-        // runner keeps a case's upload by its id) and a life of the run's: a variant's file
-        // goes when its run ends.
-        let own = CaseLife::default();
-        let same_file =
-            std::ptr::eq(problem, &data.problem) && matches!(target, Target::Worker { .. });
-        let id = if same_file {
-            case.id.clone()
-        } else {
-            format!("{}+{variant}", case.id)
-        };
+    let run = |problem: &Problem, variant: &str, split: SplitSetting, own: &CaseLife| {
+        let (id, life) = variant_key(case, data, target, problem, variant, own);
         let req = RunRequest {
             trial: &trial.name,
             case_id: &id,
             problem,
             case_file: None,
-            case_life: Some(if same_file { &data.life } else { &own }),
+            case_life: Some(life),
             target,
             split,
             timing: None,
@@ -133,23 +141,46 @@ pub fn triage(
         let result = runner.run(slot, &req);
         outcome(problem, case, data, &result)
     };
-    let mut seen: Vec<(&str, Outcome)> = Vec::new();
-    let mut cause = None;
-    let again = run(&data.problem, "again", split);
-    seen.push(("again", again));
-    if again == Outcome::Pass {
-        cause = Some("flaky");
-    }
-    let finite = finite_unread(&data.problem);
+    let (again_life, finite_life) = (CaseLife::default(), CaseLife::default());
+    // The finite variant is made (and a worker's file of it written) while the trial runs
+    // again: for a case of gigabytes each takes seconds. Unused when the run passes again.
+    let (again, finite) = std::thread::scope(|s| {
+        let staged = s.spawn(|| {
+            let finite = finite_unread(&data.problem);
+            if let Some(p) = &finite {
+                let (id, life) = variant_key(case, data, target, p, "finite_unread", &finite_life);
+                runner.stage(&RunRequest {
+                    trial: &trial.name,
+                    case_id: &id,
+                    problem: p,
+                    case_file: None,
+                    case_life: Some(life),
+                    target,
+                    split,
+                    timing: None,
+                });
+            }
+            finite
+        });
+        let again = run(&data.problem, "again", split, &again_life);
+        let finite = staged
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (again, finite)
+    });
+    let mut seen: Vec<(&str, Outcome)> = vec![("again", again)];
+    let mut cause = (again == Outcome::Pass).then_some("flaky");
     if cause.is_none() {
         if let Some(p) = &finite {
-            let o = run(p, "finite_unread", split);
+            let o = run(p, "finite_unread", split, &finite_life);
             seen.push(("finite_unread", o));
             if o == Outcome::Pass {
                 cause = Some("nan_leak");
             }
         }
     }
+    // The variant's file goes now, not after the splits variant's run.
+    drop(finite_life);
     let used_splits = row
         .params
         .get("num_splits_run")
@@ -159,7 +190,8 @@ pub fn triage(
     let split_run = split.forced().unwrap_or(used_splits) > 1 && runner.takes_forced_splits(target);
     if cause.is_none() && split_run {
         let p = finite.as_ref().unwrap_or(&data.problem);
-        let o = run(p, "splits_1", SplitSetting::Forced(1));
+        let own = CaseLife::default();
+        let o = run(p, "splits_1", SplitSetting::Forced(1), &own);
         seen.push(("splits_1", o));
         if o == Outcome::Pass {
             cause = Some("split_combine");
@@ -178,4 +210,117 @@ pub fn triage(
         meaning(cause).unwrap_or_default(),
         verdicts.join(", ")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trial_list::TrialKind;
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::Duration;
+
+    /// A worker stand-in whose every output is zeros (a wrong one), recording what it was asked:
+    /// (staged or run, case id, life's address). Its `again` run waits for the finite variant to
+    /// be staged.
+    #[derive(Default)]
+    struct Recorder {
+        asked: Mutex<Vec<(&'static str, String, usize)>>,
+        staged: Condvar,
+    }
+
+    fn entry(what: &'static str, req: &RunRequest<'_>) -> (&'static str, String, usize) {
+        let life = req.case_life.map_or(0, |l| l as *const CaseLife as usize);
+        (what, req.case_id.to_string(), life)
+    }
+
+    impl Runner for Recorder {
+        fn run(&self, _slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
+            let mut asked = self.asked.lock().unwrap();
+            if !req.case_id.contains('+') {
+                let (asked_now, _) = self
+                    .staged
+                    .wait_timeout_while(asked, Duration::from_secs(10), |a| a.is_empty())
+                    .unwrap();
+                asked = asked_now;
+            }
+            asked.push(entry("run", req));
+            let p = req.problem;
+            Ok(RunOutput {
+                out: ndarray::Array3::zeros((p.total_rows(), p.num_heads, p.head_dim)),
+                padding_intact: true,
+                counters_left: 0,
+                ms: None,
+                ms_all: Vec::new(),
+                num_splits: 1,
+                kernels: Vec::new(),
+                sanitizer: None,
+            })
+        }
+
+        fn stage(&self, req: &RunRequest<'_>) {
+            self.asked.lock().unwrap().push(entry("stage", req));
+            self.staged.notify_all();
+        }
+    }
+
+    /// A failing worker trial's finite variant is made and staged while the trial runs again,
+    /// and its run then goes by the staged case id and life (the file written ahead).
+    #[test]
+    fn the_finite_variant_is_staged_while_the_trial_runs_again() {
+        let tier = relattn_matrices::load_tier("smoke").unwrap();
+        let (case, data) = tier
+            .expand()
+            .unwrap()
+            .cases
+            .into_iter()
+            .find_map(|c| {
+                let data = CaseData::new(&c).unwrap();
+                finite_unread(&data.problem).map(|_| (c, data))
+            })
+            .expect("a smoke case with NaN no row reads");
+        let target = Target::Worker {
+            worker: 0,
+            name: "w".into(),
+            path: "p".into(),
+            label: "--worker w".into(),
+        };
+        let trial = Trial {
+            name: format!("impl::w::p::{}", case.id),
+            kind: TrialKind::Gpu {
+                case: Arc::new(case.clone()),
+                target: target.clone(),
+                split: SplitSetting::Policy,
+            },
+            ignore: None,
+        };
+        let runner = Recorder::default();
+        let mut row = super::super::row::new_row(&trial);
+        let split = SplitSetting::Policy;
+        triage(
+            &mut row,
+            &trial,
+            &case,
+            &data,
+            &target,
+            split,
+            &runner,
+            0,
+            Outcome::Wrong,
+        );
+        assert_eq!(row.params["triage"], "again fail, finite_unread fail");
+        let asked = runner.asked.lock().unwrap().clone();
+        let variant = format!("{}+finite_unread", case.id);
+        let data_life = &data.life as *const CaseLife as usize;
+        assert_eq!(asked.len(), 3, "{asked:?}");
+        assert_eq!(
+            (asked[0].0, asked[0].1.as_str()),
+            ("stage", variant.as_str())
+        );
+        assert_eq!(
+            asked[1],
+            ("run", case.id.clone(), data_life),
+            "again: the case's own file"
+        );
+        assert_eq!(asked[2], ("run", variant, asked[0].2), "the staged file");
+    }
 }

@@ -45,6 +45,7 @@ pub struct Ran {
 /// Start a trial: everything but the judging of a GPU run. A device thread hands the `Step` of
 /// a GPU trial to another thread to judge and finish, and runs the next trial meanwhile.
 pub fn start_trial(trial: &Trial, store: &CaseStore, runners: &Runners<'_>) -> Step {
+    let _on = crate::trace::on_trial(&trial.name);
     let mut row = row::new_row(trial);
     if let Some(why) = &trial.ignore {
         row::skip(&mut row, why.clone());
@@ -124,6 +125,7 @@ impl Step {
     /// Judge a GPU run (ending its use of the case) and give the row its wall time and, when it failed,
     /// the command that reproduces it.
     pub fn finish(self, trial: &Trial, runners: &Runners<'_>, set: &CaseSet) -> Row {
+        let _on = crate::trace::on_trial(&trial.name);
         let (mut row, started, mut kept) = match self {
             Step::Done { row, started: None } => return *row,
             Step::Done {

@@ -301,13 +301,13 @@ impl CaseFiles {
 
 /// Write the case file `file` from `source`, read-only; nothing is left of a failed write.
 fn write_in(file: &Path, source: &Source<'_>) -> Result<PathBuf, String> {
-    let written = match source {
+    let written = crate::trace::span("case_file", || match source {
         Source::Problem(problem, meta) => {
             write_case(file, problem, meta).map_err(|e| e.to_string())
         }
         Source::File(from) => copy_read_only(from, file)
             .map_err(|e| format!("cannot copy case file {}: {e}", from.display())),
-    };
+    });
     match written {
         Ok(()) => {
             let _ = std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o444));

@@ -159,6 +159,17 @@ fn start(
     timeout: Duration,
     member: &Member,
 ) -> Result<(Process, Hello, Option<LogWatch>), String> {
+    let started = std::time::Instant::now();
+    let started_process = start_process(spec, timeout, member);
+    crate::trace::record("worker_start", started);
+    started_process
+}
+
+fn start_process(
+    spec: &WorkerSpec,
+    timeout: Duration,
+    member: &Member,
+) -> Result<(Process, Hello, Option<LogWatch>), String> {
     let dir = member.dir.path();
     let mut env = member.env.clone();
     let (mut p, watch) = match &spec.sanitizer {
@@ -193,7 +204,10 @@ impl WorkerRunner {
         WorkerRunner::start_pool(spec, timeout, &Pool::single())
     }
 
-    /// Start the pool's first process and greet it; the others start on first use.
+    /// Start the pool's first process and greet it. On a GPU machine the others start beside
+    /// it (their imports and device setup overlap the first's instead of following the setup);
+    /// else each starts when its thread first needs it. Only the first one's failure fails the
+    /// start: another's is a death of its own, retried on first use.
     pub fn start_pool(
         spec: WorkerSpec,
         timeout: Duration,
@@ -205,12 +219,41 @@ impl WorkerRunner {
         let members = (0..pool.size.max(1))
             .map(|i| Member::new([env.clone(), pool.env_of(i)].concat()))
             .collect::<Result<Vec<_>, _>>()?;
-        let (process, hello, watch) = start(&spec, timeout, &members[0])
-            .map_err(|e| format!("worker {}: {e}", spec.label))?;
+        let beside = if pool.devices.is_empty() {
+            &[][..]
+        } else {
+            &members[1..]
+        };
+        let (first, others) = std::thread::scope(|s| {
+            let others: Vec<_> = beside
+                .iter()
+                .map(|m| s.spawn(|| start(&spec, timeout, m)))
+                .collect();
+            let first = start(&spec, timeout, &members[0]);
+            (
+                first,
+                others.into_iter().map(|h| h.join()).collect::<Vec<_>>(),
+            )
+        });
+        let (process, hello, watch) = first.map_err(|e| format!("worker {}: {e}", spec.label))?;
         {
             let mut st = members[0].lock();
             st.process = Some(process);
             st.watch = watch;
+        }
+        for (m, started) in beside.iter().zip(others) {
+            let mut st = m.lock();
+            match started {
+                Ok(Ok((p, _, watch))) => {
+                    st.process = Some(p);
+                    st.watch = watch;
+                }
+                Ok(Err(e)) => {
+                    st.deaths = 1;
+                    st.last_death = format!("start failed: {e}");
+                }
+                Err(_) => {}
+            }
         }
         Ok(WorkerRunner {
             spec,
@@ -219,6 +262,16 @@ impl WorkerRunner {
             members,
             files,
         })
+    }
+
+    /// Start process `slot` of the pool (modulo its size) if it is not running, so its start
+    /// overlaps whatever its first trial does before the run (generating the case, writing
+    /// its file); that trial's run then waits for the start. A failed start counts as a death,
+    /// as on first use.
+    pub fn warm(&self, slot: usize) {
+        let member = &self.members[slot % self.members.len()];
+        let mut st = member.lock();
+        let _ = self.process(member, &mut st);
     }
 
     /// Processes in the pool.
@@ -448,6 +501,13 @@ impl Runner for WorkerRunner {
             kernels: vec![format!("{}/{path}", self.name())],
             sanitizer: checked,
         })
+    }
+
+    /// The case file of `req`, written ahead when it lives with a case (its run finds it).
+    fn stage(&self, req: &RunRequest<'_>) {
+        if req.case_life.is_some() && req.case_file.is_none() {
+            let _ = self.case_file(req);
+        }
     }
 
     fn takes_forced_splits(&self, target: &Target) -> bool {

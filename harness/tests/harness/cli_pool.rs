@@ -390,3 +390,57 @@ fn runs_side_by_side_take_turns_with_their_cases() {
         .count();
     assert_eq!(left, 0);
 }
+
+/// `RELATTN_TRACE=FILE`: a run's timeline, one JSON line per span (each worker process's start,
+/// each trial's case and worker run, with the trial it served); a file that cannot be created
+/// is a usage error said once.
+#[test]
+fn a_trace_shows_the_runs_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    let (o, report) = pool_run(
+        dir.path(),
+        "traced",
+        3,
+        &[("RELATTN_TRACE", trace.to_str().unwrap())],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let spans: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let named = |name: &'static str| spans.iter().filter(move |s| s["span"] == name);
+    for s in &spans {
+        let (start, end) = (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap());
+        assert!(0.0 <= start && start <= end, "{s}");
+    }
+    // Every process of the pool started once (no death here), the first during setup.
+    assert_eq!(named("worker_start").count(), 3, "{spans:?}");
+    // Each worker trial's run is a span named after its trial.
+    let trials: HashSet<&str> = named("workers")
+        .map(|s| s["trial"].as_str().unwrap())
+        .collect();
+    let rows = worker_rows(&report);
+    assert_eq!(trials.len(), rows.len());
+    for r in &rows {
+        assert!(trials.contains(r["trial"].as_str().unwrap()), "{r}");
+    }
+    assert!(named("generate").count() > 0 && named("case_file").count() > 0);
+
+    let (o, _) = pool_run(
+        dir.path(),
+        "untraced",
+        1,
+        &[(
+            "RELATTN_TRACE",
+            dir.path().join("absent/trace").to_str().unwrap(),
+        )],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("RELATTN_TRACE=") && err.contains("cannot create the trace file"),
+        "{err}"
+    );
+}
