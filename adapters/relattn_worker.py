@@ -12,7 +12,9 @@ library and numpy only) and holds the numpy reference `attention_numpy`.
   write_out(path, array)  the output file: one F32 tensor `out` [T, H, D], atomically replaced
   Worker                  name, version, paths, split_paths, device, capability; run, route;
                           set_unavailable(why, log_as) at start with @unsupported_when_unavailable
-                          on run: every run answers unsupported with why
+                          on run: every run answers unsupported with why; warm_up (optional):
+                          work every run needs first, on a thread of its own once hello is
+                          answered (the first run or route request waits for it)
   serve(worker)           the protocol loop: answers on the real stdout, everything printed
                           meanwhile (Python or C) goes to stderr; exits 0 on bye or end of input
   attention_numpy(case, "f32" | "f64")   the operator of docs/operator.md section 1 on the CPU
@@ -386,14 +388,14 @@ def handle(worker, request):
         raise BadRequest("a request is one JSON object")
     op = request.get("op")
     if op == "hello":
-        answer = worker.hello()
-        _start_warm_up(worker)
-        return answer
+        return worker.hello()
     if op == "run":
         _warmed(worker)
         worker.request = request
         return _run_request(worker, request)
     if op == "route":
+        # Routing may patch the op's module (a stand-in platform): not while it is imported.
+        _warmed(worker)
         return _route_request(worker, request)
     if op == "bye":
         return None
@@ -407,30 +409,42 @@ def serve(worker, stdin=None):
     # is not UTF-8 is a bad request like any other, not a crash.
     lines = stdin if stdin is not None else iter(sys.stdin.buffer.readline, b"")
     for line in lines:
-        if isinstance(line, bytes):
-            line = line.decode("utf-8", errors="replace")
-        if not line.strip():
-            continue
-        request = None
-        try:
-            request = json.loads(line)
-            answer = handle(worker, request)
-            if answer is None:      # bye
-                break
-        except NoAnswer:
-            continue
-        except Unsupported as e:
-            answer = {"ok": False, "status": "unsupported", "message": str(e) or type(e).__name__}
-        except (json.JSONDecodeError, BadRequest) as e:
-            answer = {"ok": False, "status": "error", "message": f"bad request: {e}"}
-        except Exception as e:  # the implementation raised: the trial is an error
-            traceback.print_exc(file=sys.stderr)
-            answer = {"ok": False, "status": "error", "message": f"{type(e).__name__}: {e}"}
-        if isinstance(request, dict) and "id" in request:
-            answer.setdefault("id", request["id"])
-            # keep "ok" first for readers of the raw lines
-            answer = {"ok": answer.pop("ok"), **answer}
-        _answer(out, answer)
+        if not serve_line(worker, line, out):
+            break
+    # A warm-up still importing or making the device's context ends before the interpreter.
+    _warmed(worker)
     sys.stderr.flush()
     out.flush()
     sys.exit(0)
+
+
+def serve_line(worker, line, out):
+    """Answer one request line on `out`; False after bye. Once the hello answer is out, the
+    worker's warm-up starts (`Worker.warm_up`)."""
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    if not line.strip():
+        return True
+    request = None
+    try:
+        request = json.loads(line)
+        answer = handle(worker, request)
+        if answer is None:      # bye
+            return False
+    except NoAnswer:
+        return True
+    except Unsupported as e:
+        answer = {"ok": False, "status": "unsupported", "message": str(e) or type(e).__name__}
+    except (json.JSONDecodeError, BadRequest) as e:
+        answer = {"ok": False, "status": "error", "message": f"bad request: {e}"}
+    except Exception as e:  # the implementation raised: the trial is an error
+        traceback.print_exc(file=sys.stderr)
+        answer = {"ok": False, "status": "error", "message": f"{type(e).__name__}: {e}"}
+    if isinstance(request, dict) and "id" in request:
+        answer.setdefault("id", request["id"])
+        # keep "ok" first for readers of the raw lines
+        answer = {"ok": answer.pop("ok"), **answer}
+    _answer(out, answer)
+    if isinstance(request, dict) and request.get("op") == "hello" and answer.get("ok"):
+        _start_warm_up(worker)
+    return True

@@ -1,8 +1,11 @@
 """The protocol loop (relattn_worker.serve) driven through a subprocess, with numpy_worker.py."""
 
+import io
+import json
 import os
 import textwrap
 import threading
+import time
 import unittest
 from unittest import mock
 
@@ -198,50 +201,72 @@ class Unavailable(unittest.TestCase):
 class WarmingWorker(Worker):
     name, paths = "warming", ["a"]
 
-    def __init__(self, fail=False, unavailable=None):
-        self.release, self.events, self.fail = threading.Event(), [], fail
+    def __init__(self, fail=False, unavailable=None, out=None):
+        self.release, self.events, self.fail, self.out = threading.Event(), [], fail, out
         self.set_unavailable(unavailable)
 
     def warm_up(self):
-        # Waits for the test to release it: hello must have been answered meanwhile.
+        # What was answered when it began; then it waits for the test to release it.
+        self.events.append(("began after", self.out.getvalue().count("\n") if self.out else None))
         self.events.append("warming" if self.release.wait(10) else "never released")
         if self.fail:
             raise RuntimeError("no context")
         self.events.append("warm")
 
 
-class WarmUp(unittest.TestCase):
-    """A worker's warm-up runs on its own thread after hello, and the first run waits for it."""
+def serve_lines(worker, out, *requests):
+    for r in requests:
+        relattn_worker.serve_line(worker, json.dumps(r), out)
 
-    def test_hello_is_answered_first_and_the_first_run_waits(self):
-        w = WarmingWorker()
-        self.assertTrue(relattn_worker.handle(w, HELLO)["ok"])
-        self.assertEqual(w.events, [])
+
+class WarmUp(unittest.TestCase):
+    """A worker's warm-up runs on its own thread once the hello answer is out, and the first run
+    or route request waits for it."""
+
+    def test_it_begins_after_the_hello_answer_and_the_first_run_waits(self):
+        out = io.StringIO()
+        w = WarmingWorker(out=out)
+        serve_lines(w, out, HELLO)
+        self.assertTrue(json.loads(out.getvalue())["ok"])
+        deadline = time.monotonic() + 10
+        while not w.events and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(w.events[:1], [("began after", 1)])
         w.release.set()
         # A run request (a bad one: it fails after the wait) joins the warm-up first.
-        with self.assertRaises(relattn_worker.BadRequest):
-            relattn_worker.handle(w, {"op": "run"})
-        self.assertEqual(w.events, ["warming", "warm"])
+        serve_lines(w, out, {"op": "run", "id": "t"})
+        self.assertEqual(w.events, [("began after", 1), "warming", "warm"])
+        self.assertIn("bad request", out.getvalue().splitlines()[-1])
         # Once: a second hello starts no second warm-up.
-        relattn_worker.handle(w, HELLO)
+        serve_lines(w, out, HELLO)
         relattn_worker._warmed(w)
-        self.assertEqual(w.events, ["warming", "warm"])
+        self.assertEqual(len(w.events), 3)
+
+    def test_a_route_request_waits_too(self):
+        out = io.StringIO()
+        w = WarmingWorker(out=out)
+        serve_lines(w, out, HELLO)
+        threading.Timer(0.3, w.release.set).start()
+        serve_lines(w, out, {"op": "route", "id": 1, "cc": "9.0", "shape": {"batch": 1}})
+        self.assertEqual(w.events[1:], ["warming", "warm"])
+        self.assertIn("no routing", out.getvalue().splitlines()[-1])
 
     def test_a_failed_warm_up_is_logged_and_runs_go_on(self):
-        w = WarmingWorker(fail=True)
+        out = io.StringIO()
+        w = WarmingWorker(fail=True, out=out)
         w.release.set()
         with mock.patch.object(relattn_worker, "log") as log:
-            relattn_worker.handle(w, HELLO)
+            serve_lines(w, out, HELLO)
             relattn_worker._warmed(w)
-        self.assertEqual(w.events, ["warming"])
+        self.assertEqual(w.events[1:], ["warming"])
         self.assertIn("warm-up failed (the first run will try again): RuntimeError: no context",
                       log.call_args[0][0])
-        with self.assertRaises(relattn_worker.BadRequest):
-            relattn_worker.handle(w, {"op": "run"})
+        serve_lines(w, out, {"op": "run", "id": "t"})
+        self.assertIn("bad request", out.getvalue().splitlines()[-1])
 
     def test_no_warm_up_without_one_or_when_nothing_can_run(self):
         for w in (UnavailableWorker(None), WarmingWorker(unavailable="no device")):
-            relattn_worker.handle(w, HELLO)
+            serve_lines(w, io.StringIO(), HELLO)
             self.assertIsNone(getattr(w, "_warming", None))
 
 

@@ -87,7 +87,7 @@ pub fn record(name: &str, started: Instant) {
         "trial": trial,
     });
     let mut file = sink.file.lock().unwrap_or_else(|e| e.into_inner());
-    // A trace that cannot be written stops being written; the run goes on.
+    // A line that cannot be written is left out; the run goes on.
     let _ = writeln!(file, "{line}");
 }
 

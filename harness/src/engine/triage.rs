@@ -146,6 +146,7 @@ pub fn triage(
     // again: for a case of gigabytes each takes seconds. Unused when the run passes again.
     let (again, finite) = std::thread::scope(|s| {
         let staged = s.spawn(|| {
+            let _on = crate::trace::on_trial(&trial.name);
             let finite = finite_unread(&data.problem);
             if let Some(p) = &finite {
                 let (id, life) = variant_key(case, data, target, p, "finite_unread", &finite_life);
@@ -179,8 +180,6 @@ pub fn triage(
             }
         }
     }
-    // The variant's file goes now, not after the splits variant's run.
-    drop(finite_life);
     let used_splits = row
         .params
         .get("num_splits_run")
@@ -190,8 +189,13 @@ pub fn triage(
     let split_run = split.forced().unwrap_or(used_splits) > 1 && runner.takes_forced_splits(target);
     if cause.is_none() && split_run {
         let p = finite.as_ref().unwrap_or(&data.problem);
+        // A worker reads the finite variant's file again rather than a copy of it.
         let own = CaseLife::default();
-        let o = run(p, "splits_1", SplitSetting::Forced(1), &own);
+        let (variant, life) = match (&finite, target) {
+            (Some(_), Target::Worker { .. }) => ("finite_unread", &finite_life),
+            _ => ("splits_1", &own),
+        };
+        let o = run(p, variant, SplitSetting::Forced(1), life);
         seen.push(("splits_1", o));
         if o == Outcome::Pass {
             cause = Some("split_combine");
@@ -219,13 +223,14 @@ mod tests {
     use std::sync::{Arc, Condvar, Mutex};
     use std::time::Duration;
 
-    /// A worker stand-in whose every output is zeros (a wrong one), recording what it was asked:
-    /// (staged or run, case id, life's address). Its `again` run waits for the finite variant to
-    /// be staged.
+    /// A worker stand-in recording what it was asked: (staged or run, case id, life's address).
+    /// Its outputs are zeros (wrong), but for the `again` run's when `again` is given. That run
+    /// waits for the finite variant to be staged.
     #[derive(Default)]
     struct Recorder {
         asked: Mutex<Vec<(&'static str, String, usize)>>,
         staged: Condvar,
+        again: Option<ndarray::Array3<f32>>,
     }
 
     fn entry(what: &'static str, req: &RunRequest<'_>) -> (&'static str, String, usize) {
@@ -236,7 +241,8 @@ mod tests {
     impl Runner for Recorder {
         fn run(&self, _slot: usize, req: &RunRequest<'_>) -> Result<RunOutput, RunError> {
             let mut asked = self.asked.lock().unwrap();
-            if !req.case_id.contains('+') {
+            let again = !req.case_id.contains('+');
+            if again {
                 let (asked_now, _) = self
                     .staged
                     .wait_timeout_while(asked, Duration::from_secs(10), |a| a.is_empty())
@@ -245,8 +251,9 @@ mod tests {
             }
             asked.push(entry("run", req));
             let p = req.problem;
+            let zeros = ndarray::Array3::zeros((p.total_rows(), p.num_heads, p.head_dim));
             Ok(RunOutput {
-                out: ndarray::Array3::zeros((p.total_rows(), p.num_heads, p.head_dim)),
+                out: self.again.clone().filter(|_| again).unwrap_or(zeros),
                 padding_intact: true,
                 counters_left: 0,
                 ms: None,
@@ -263,10 +270,9 @@ mod tests {
         }
     }
 
-    /// A failing worker trial's finite variant is made and staged while the trial runs again,
-    /// and its run then goes by the staged case id and life (the file written ahead).
-    #[test]
-    fn the_finite_variant_is_staged_while_the_trial_runs_again() {
+    /// A smoke case with NaN where no row reads, its data, a worker trial of it and its row
+    /// (`num_splits_run` as given).
+    fn failing_trial(splits_run: usize) -> (Case, CaseData, Target, Trial, Row) {
         let tier = relattn_matrices::load_tier("smoke").unwrap();
         let (case, data) = tier
             .expand()
@@ -293,8 +299,14 @@ mod tests {
             },
             ignore: None,
         };
-        let runner = Recorder::default();
         let mut row = super::super::row::new_row(&trial);
+        row.params
+            .insert("num_splits_run".into(), splits_run.to_string());
+        (case, data, target, trial, row)
+    }
+
+    fn triaged(runner: &Recorder, splits_run: usize) -> (Row, Vec<(&'static str, String, usize)>) {
+        let (case, data, target, trial, mut row) = failing_trial(splits_run);
         let split = SplitSetting::Policy;
         triage(
             &mut row,
@@ -303,24 +315,62 @@ mod tests {
             &data,
             &target,
             split,
-            &runner,
+            runner,
             0,
             Outcome::Wrong,
         );
-        assert_eq!(row.params["triage"], "again fail, finite_unread fail");
-        let asked = runner.asked.lock().unwrap().clone();
-        let variant = format!("{}+finite_unread", case.id);
         let data_life = &data.life as *const CaseLife as usize;
-        assert_eq!(asked.len(), 3, "{asked:?}");
+        let asked = runner.asked.lock().unwrap().clone();
+        // The variant is staged first, under its own id and life; the run again reads the
+        // case's own file.
+        let variant = format!("{}+finite_unread", case.id);
         assert_eq!(
             (asked[0].0, asked[0].1.as_str()),
             ("stage", variant.as_str())
         );
+        assert_ne!(asked[0].2, data_life);
+        assert_eq!(asked[1], ("run", case.id.clone(), data_life), "again");
+        (row, asked)
+    }
+
+    /// A failing worker trial's finite variant is made and staged while the trial runs again,
+    /// and its run then goes by the staged case id and life (the file written ahead).
+    #[test]
+    fn the_finite_variant_is_staged_while_the_trial_runs_again() {
+        let (row, asked) = triaged(&Recorder::default(), 1);
+        assert_eq!(row.params["triage"], "again fail, finite_unread fail");
+        assert_eq!(asked.len(), 3, "{asked:?}");
         assert_eq!(
-            asked[1],
-            ("run", case.id.clone(), data_life),
-            "again: the case's own file"
+            asked[2],
+            ("run", asked[0].1.clone(), asked[0].2),
+            "the staged file"
         );
-        assert_eq!(asked[2], ("run", variant, asked[0].2), "the staged file");
+    }
+
+    /// A worker's one-split variant on the finite inputs reads the finite variant's file again.
+    #[test]
+    fn the_split_variant_reads_the_finite_file_again() {
+        let (row, asked) = triaged(&Recorder::default(), 2);
+        assert_eq!(
+            row.params["triage"],
+            "again fail, finite_unread fail, splits_1 fail"
+        );
+        assert_eq!(asked.len(), 4, "{asked:?}");
+        assert_eq!(asked[2], asked[3]);
+        assert_eq!(asked[3], ("run", asked[0].1.clone(), asked[0].2));
+    }
+
+    /// A trial that passes when run again is flaky: the staged variant is not run.
+    #[test]
+    fn a_flaky_trial_runs_no_variant() {
+        let (_, data, ..) = failing_trial(1);
+        let runner = Recorder {
+            again: Some(data.ref_lp().out.mapv(|x| x as f32)),
+            ..Recorder::default()
+        };
+        let (row, asked) = triaged(&runner, 1);
+        assert_eq!(row.params["cause"], "flaky");
+        assert_eq!(row.params["triage"], "again pass");
+        assert_eq!(asked.len(), 2, "{asked:?}");
     }
 }

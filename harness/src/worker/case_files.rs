@@ -7,7 +7,8 @@
 //! worker has folders of its own: one that writes to its input (mode 0444 does not stop a worker
 //! run as root) spoils only trials of its own pool, and the file is written again.
 //!
-//! A triage variant has a life of its own, its run's. A file no case owns (a user's case file
+//! A triage variant has a life of its own, from when triage makes it (its file may be written
+//! ahead, while the trial runs again) to the end of that trial's triage. A file no case owns (a user's case file
 //! copied for `exec`) lives until the same process's next request: a failing trial's files are
 //! kept with the report in between.
 //!

@@ -2,7 +2,8 @@
 //! (`Member`s, each with its own case folder and device), each restarted alone after its death
 //! (exit, closed stdout, garbage, timeout) and given up after `MAX_DEATHS` deaths in a row. The
 //! engine runs member `slot` from a thread of its own; the first member is started at once (its
-//! `hello` describes the worker), the others when their thread first needs them.
+//! `hello` describes the worker), the others beside it on a GPU machine, else as their thread
+//! takes its first unit (`warm`) or first needs them.
 
 use super::case_files::{CaseFiles, Source};
 use super::process::{Death, Process};
@@ -14,7 +15,7 @@ use relattn_common::files::{open_regular_nofollow, read_limited, write_atomic};
 use relattn_common::stats::median;
 use relattn_reference::casefile::{read_worker_output, CaseMeta};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Deaths in a row after which a worker's remaining trials are errors.
@@ -146,7 +147,9 @@ pub struct WorkerRunner {
     pub spec: WorkerSpec,
     pub hello: Hello,
     timeout: Duration,
-    members: Vec<Member>,
+    members: Vec<Arc<Member>>,
+    /// The threads starting processes beside the first (`start_pool`), joined on drop.
+    starters: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The case files, shared by the pool's processes.
     files: std::sync::Arc<CaseFiles>,
 }
@@ -205,9 +208,10 @@ impl WorkerRunner {
     }
 
     /// Start the pool's first process and greet it. On a GPU machine the others start beside
-    /// it (their imports and device setup overlap the first's instead of following the setup);
-    /// else each starts when its thread first needs it. Only the first one's failure fails the
-    /// start: another's is a death of its own, retried on first use.
+    /// it, on threads of their own that the run does not wait for (their imports and device
+    /// setup overlap the first's and the rest of the setup instead of following them); else
+    /// each starts when its thread first needs it. Only the first one's failure fails the
+    /// start: another's start is tried again on its first use (and counted as a death there).
     pub fn start_pool(
         spec: WorkerSpec,
         timeout: Duration,
@@ -217,49 +221,44 @@ impl WorkerRunner {
         // What the worker's processes are given (numpy, vLLM, JIT caches): decided once.
         let env = spec.env();
         let members = (0..pool.size.max(1))
-            .map(|i| Member::new([env.clone(), pool.env_of(i)].concat()))
+            .map(|i| Member::new([env.clone(), pool.env_of(i)].concat()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let beside = if pool.devices.is_empty() {
             &[][..]
         } else {
             &members[1..]
         };
-        let (first, others) = std::thread::scope(|s| {
-            let others: Vec<_> = beside
-                .iter()
-                .map(|m| s.spawn(|| start(&spec, timeout, m)))
-                .collect();
-            let first = start(&spec, timeout, &members[0]);
-            (
-                first,
-                others.into_iter().map(|h| h.join()).collect::<Vec<_>>(),
-            )
-        });
-        let (process, hello, watch) = first.map_err(|e| format!("worker {}: {e}", spec.label))?;
+        let starters = beside
+            .iter()
+            .map(|m| {
+                let (spec, m) = (spec.clone(), m.clone());
+                std::thread::spawn(move || {
+                    let mut st = m.lock();
+                    if st.process.is_none() {
+                        match start(&spec, timeout, &m) {
+                            Ok((p, _, watch)) => {
+                                st.process = Some(p);
+                                st.watch = watch;
+                            }
+                            Err(e) => st.last_death = format!("start failed: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (process, hello, watch) = start(&spec, timeout, &members[0])
+            .map_err(|e| format!("worker {}: {e}", spec.label))?;
         {
             let mut st = members[0].lock();
             st.process = Some(process);
             st.watch = watch;
-        }
-        for (m, started) in beside.iter().zip(others) {
-            let mut st = m.lock();
-            match started {
-                Ok(Ok((p, _, watch))) => {
-                    st.process = Some(p);
-                    st.watch = watch;
-                }
-                Ok(Err(e)) => {
-                    st.deaths = 1;
-                    st.last_death = format!("start failed: {e}");
-                }
-                Err(_) => {}
-            }
         }
         Ok(WorkerRunner {
             spec,
             hello,
             timeout,
             members,
+            starters: Mutex::new(starters),
             files,
         })
     }
@@ -597,6 +596,10 @@ impl Drop for WorkerRunner {
     /// Close the pool's processes side by side: each may take a second or more to exit (a
     /// Python process with CUDA), and a run ends when the last one has.
     fn drop(&mut self) {
+        let starters = std::mem::take(self.starters.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for t in starters {
+            let _ = t.join();
+        }
         let members = std::mem::take(&mut self.members);
         std::thread::scope(|s| {
             for m in members {

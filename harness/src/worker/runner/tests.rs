@@ -147,12 +147,14 @@ for line in sys.stdin:
     assert_ne!(pid(1), pid(2));
 }
 
-/// A worker that greets unless its `CUDA_VISIBLE_DEVICES` is "1" (then it exits at once).
+/// A worker that takes a second to start, then greets, unless its `CUDA_VISIBLE_DEVICES` is
+/// "97" (then it exits at once).
 fn device_worker() -> WorkerSpec {
     let script = r#"
-import json, os, sys
-if os.environ.get("CUDA_VISIBLE_DEVICES") == "1":
+import json, os, sys, time
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "97":
     sys.exit(3)
+time.sleep(1)
 for line in sys.stdin:
     r = json.loads(line)
     if r["op"] == "hello":
@@ -169,11 +171,11 @@ for line in sys.stdin:
     }
 }
 
-/// With GPUs, a pool's processes all start with the first (their starts overlap); without,
-/// only the first does. A process other than the first that fails to start fails no run: it
-/// is a death of its own, its start retried on first use.
+/// With GPUs, a pool's processes start beside the first, which alone the start waits for;
+/// without, only the first starts. A process other than the first that fails to start fails no
+/// run: its start is tried again on first use, where it counts as a death.
 #[test]
-fn a_pool_with_gpus_starts_every_process_at_once() {
+fn a_pool_with_gpus_starts_every_process_beside_the_first() {
     let running = |w: &WorkerRunner| -> Vec<bool> {
         w.members
             .iter()
@@ -182,18 +184,100 @@ fn a_pool_with_gpus_starts_every_process_at_once() {
     };
     let pool = |devices: Vec<u32>| Pool { size: 4, devices };
     let timeout = Duration::from_secs(10);
-    let w = WorkerRunner::start_pool(device_worker(), timeout, &pool(Vec::new())).unwrap();
-    assert_eq!(running(&w), [true, false, false, false]);
+    let started = std::time::Instant::now();
     let w = WorkerRunner::start_pool(device_worker(), timeout, &pool(vec![0])).unwrap();
+    let first = started.elapsed().as_secs_f64();
+    // Each warm waits for the thread starting that process.
+    for slot in 1..4 {
+        w.warm(slot);
+    }
+    let all = started.elapsed().as_secs_f64();
     assert_eq!(running(&w), [true; 4]);
-    // Two GPUs: processes 1 and 3 see device 1, and their worker exits.
-    let w = WorkerRunner::start_pool(device_worker(), timeout, &pool(vec![0, 1])).unwrap();
+    // Each start takes a second: one after another they would take four.
+    assert!(
+        first >= 1.0 && all < 2.6,
+        "first {first:.2} s, all {all:.2} s"
+    );
+
+    let w = WorkerRunner::start_pool(device_worker(), timeout, &pool(Vec::new())).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(running(&w), [true, false, false, false]);
+
+    // Two GPUs: processes 1 and 3 see device 97, and their worker exits.
+    let w = WorkerRunner::start_pool(device_worker(), timeout, &pool(vec![0, 97])).unwrap();
+    for t in w.starters.lock().unwrap().drain(..) {
+        t.join().unwrap();
+    }
     assert_eq!(running(&w), [true, false, true, false]);
+    {
+        let st = w.members[1].lock();
+        assert_eq!(st.deaths, 0);
+        assert!(
+            st.last_death.starts_with("start failed"),
+            "{}",
+            st.last_death
+        );
+    }
+    w.warm(1);
     let st = w.members[1].lock();
     assert_eq!(st.deaths, 1);
     assert!(
-        st.last_death.starts_with("start failed"),
+        st.last_death.starts_with("restart failed"),
         "{}",
         st.last_death
     );
+}
+
+/// `stage` writes a case's shared file ahead; the run of the same case and life finds it (the
+/// same file, written once), and it goes when the life ends.
+#[test]
+fn a_staged_case_file_is_the_one_its_run_takes() {
+    let w = route_worker(1, true);
+    let case = relattn_matrices::load_tier("smoke")
+        .unwrap()
+        .expand()
+        .unwrap()
+        .cases
+        .remove(0);
+    let problem = crate::engine::CaseData::new(&case).unwrap().problem;
+    let target = Target::Worker {
+        worker: 0,
+        name: "twice".into(),
+        path: "p".into(),
+        label: "--worker twice".into(),
+    };
+    let life = crate::runner::CaseLife::default();
+    let req = RunRequest {
+        trial: "t",
+        case_id: "c+finite_unread",
+        problem: &problem,
+        case_file: None,
+        case_life: Some(&life),
+        target: &target,
+        split: relattn_matrices::SplitSetting::Policy,
+        timing: None,
+    };
+    w.stage(&req);
+    let case_files = |dir: &Path| {
+        std::fs::read_dir(dir).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("case-"))
+                .count()
+        })
+    };
+    let staged = w
+        .files
+        .shared("c+finite_unread", &life, Source::File(Path::new("/absent")));
+    let staged = staged.expect("the staged file, not written again");
+    let written = std::fs::metadata(&staged).unwrap().modified().unwrap();
+    let (file, alone) = w.case_file(&req).unwrap();
+    assert_eq!((file.as_path(), alone), (staged.as_path(), false));
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().modified().unwrap(),
+        written
+    );
+    let folder = file.parent().unwrap().to_path_buf();
+    assert_eq!(case_files(&folder), 1);
+    drop(life);
+    assert!(!file.exists());
 }
