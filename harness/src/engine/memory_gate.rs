@@ -330,8 +330,10 @@ impl MemoryGate {
         } else {
             None
         };
-        let margin = relattn_reference::limits::memory_bytes().0 / 16;
-        let short = available.filter(|&a| bytes.saturating_add(margin) > a);
+        let short = available.filter(|&a| {
+            let margin = relattn_reference::limits::memory_bytes().0 / 16;
+            bytes.saturating_add(margin) > a
+        });
         let fits = fits && short.is_none();
         // Nothing would be released: every other run holding memory waits and uses none of
         // it (no case being built or run), and neither does this one; the run that has waited

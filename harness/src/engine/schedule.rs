@@ -81,10 +81,7 @@ pub(super) fn run_all(
         });
         // The queue's cases are generated and their references computed on CPU threads of
         // their own, ahead of the device threads, so the GPU rarely waits (bounded in memory).
-        let cases: Vec<Arc<Case>> = groups
-            .iter()
-            .filter_map(|g| g.first().and_then(Trial::case).cloned())
-            .collect();
+        let cases: Vec<Arc<Case>> = groups.iter().filter_map(case).collect();
         let (ahead, ends) = Ahead::for_machine(cases, processes);
         let ahead = Arc::new(ahead);
         let queue = Arc::new(Mutex::new(

@@ -97,6 +97,27 @@ fn variant_key<'a>(
     }
 }
 
+/// The request of a variant's run (or of its staging) of `trial`.
+fn variant_request<'a>(
+    trial: &'a Trial,
+    target: &'a Target,
+    case_id: &'a str,
+    problem: &'a Problem,
+    split: SplitSetting,
+    life: &'a CaseLife,
+) -> RunRequest<'a> {
+    RunRequest {
+        trial: &trial.name,
+        case_id,
+        problem,
+        case_file: None,
+        case_life: Some(life),
+        target,
+        split,
+        timing: None,
+    }
+}
+
 /// Triage `trial` (whose first run ended `first`) on `runner`'s `slot`, and write the cause and
 /// each variant's verdict into `row` (`cause` and `triage` columns, and the message).
 #[allow(clippy::too_many_arguments)]
@@ -128,16 +149,7 @@ pub fn triage(
     }
     let run = |problem: &Problem, variant: &str, split: SplitSetting, own: &CaseLife| {
         let (id, life) = variant_key(case, data, target, problem, variant, own);
-        let req = RunRequest {
-            trial: &trial.name,
-            case_id: &id,
-            problem,
-            case_file: None,
-            case_life: Some(life),
-            target,
-            split,
-            timing: None,
-        };
+        let req = variant_request(trial, target, &id, problem, split, life);
         let result = runner.run(slot, &req);
         outcome(problem, case, data, &result)
     };
@@ -150,16 +162,7 @@ pub fn triage(
             let finite = finite_unread(&data.problem);
             if let Some(p) = &finite {
                 let (id, life) = variant_key(case, data, target, p, "finite_unread", &finite_life);
-                runner.stage(&RunRequest {
-                    trial: &trial.name,
-                    case_id: &id,
-                    problem: p,
-                    case_file: None,
-                    case_life: Some(life),
-                    target,
-                    split,
-                    timing: None,
-                });
+                runner.stage(&variant_request(trial, target, &id, p, split, life));
             }
             finite
         });

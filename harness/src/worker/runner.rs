@@ -162,10 +162,7 @@ fn start(
     timeout: Duration,
     member: &Member,
 ) -> Result<(Process, Hello, Option<LogWatch>), String> {
-    let started = std::time::Instant::now();
-    let started_process = start_process(spec, timeout, member);
-    crate::trace::record("worker_start", started);
-    started_process
+    crate::trace::span("worker_start", || start_process(spec, timeout, member))
 }
 
 fn start_process(
