@@ -42,6 +42,9 @@ comma-separated list of substrings; empty items are ignored):
                            the row past the last real query (vLLM #49049's class): inside the
                            allocation when the case has padding rows, outside it with the exact
                            row layout; then answer as usual
+  RELATTN_FAULTY_RAISE     raise an exception naming the trial (the answer is an error, the
+                           traceback goes to stderr)
+  RELATTN_FAULTY_NOISE     print a line naming the trial on stderr, then answer as usual
 
 and, for the whole process:
 
@@ -79,7 +82,7 @@ from relattn_worker import (NoAnswer, Worker, attention_numpy, cpu_timed, serve,
 
 MODES = ("CRASH", "HANG", "GARBAGE", "CLOSE", "SHAPE", "NAN", "PADDING", "WRONG", "FIFO", "LINK",
          "DEVZERO", "OVERWRITE", "TWICE", "MS_NEG", "MS_HUGE", "SPLITS", "CONTROL", "KILL0", "FORK",
-         "GPU_OOB", "GPU_NEIGHBOR", "GPU_ROW_GATHER")
+         "GPU_OOB", "GPU_NEIGHBOR", "GPU_ROW_GATHER", "RAISE", "NOISE")
 # Text that moves a terminal's cursor, recolours it and rings its bell.
 CONTROL_TEXT = "\x1b[2J\x1b[31mred\x1b[0m\rover\x07written\x9b"
 
@@ -234,6 +237,10 @@ class FaultyWorker(Worker):
         if mode == "CONTROL":
             print(f"faulty: {CONTROL_TEXT}", file=sys.stderr, flush=True)
             raise RuntimeError(f"planted{CONTROL_TEXT}")
+        if mode == "RAISE":
+            raise RuntimeError(f"planted error in {self.trial_id}")
+        if mode == "NOISE":
+            print(f"faulty: noise of {self.trial_id}", file=sys.stderr, flush=True)
         if mode == "OVERWRITE":
             try:
                 # Read-only is no obstacle to its owner (nor to root).

@@ -218,6 +218,7 @@ class Worker:
             answer["unavailable"] = self.unavailable
         if self.maps_case_files:
             answer["maps_case_files"] = True
+        answer["stderr_marks"] = True
         return answer
 
 
@@ -255,6 +256,21 @@ def _take_protocol_stdout():
     sys.stdout = sys.stderr
     _protocol_out = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
     return _protocol_out
+
+
+# The first word of the lines that mark a request's stderr (PROTOCOL.md, hello's `stderr_marks`).
+MARK = "relattn-mark"
+
+
+def _mark(which, rid):
+    """Mark on stderr where request `rid`'s lines begin or end: what the process printed before
+    (Python's buffer, then the mark, in order on fd 2) is not this request's, nor what comes after."""
+    try:
+        sys.stderr.flush()
+        sys.stderr.write(f"{MARK} {which} {json.dumps(rid)}\n")
+        sys.stderr.flush()
+    except (ValueError, OSError):
+        pass
 
 
 def _answer(stream, message):
@@ -425,9 +441,14 @@ def serve_line(worker, line, out):
         line = line.decode("utf-8", errors="replace")
     if not line.strip():
         return True
-    request = None
+    request, marked = None, None
     try:
         request = json.loads(line)
+        if isinstance(request, dict) and request.get("op") in ("run", "route") and "id" in request:
+            # What the warm-up prints is not the first request's.
+            _warmed(worker)
+            marked = request["id"]
+            _mark("begin", marked)
         answer = handle(worker, request)
         if answer is None:      # bye
             return False
@@ -444,6 +465,8 @@ def serve_line(worker, line, out):
         answer.setdefault("id", request["id"])
         # keep "ok" first for readers of the raw lines
         answer = {"ok": answer.pop("ok"), **answer}
+    if marked is not None:
+        _mark("end", marked)
     _answer(out, answer)
     if isinstance(request, dict) and request.get("op") == "hello" and answer.get("ok"):
         _start_warm_up(worker)

@@ -49,6 +49,7 @@ class Protocol(TempDir):
         self.assertIn("numpy", hello["version"])
         # It loads the case's floats: relattn's memory ledger counts them (no maps_case_files).
         self.assertNotIn("maps_case_files", hello)
+        self.assertIs(hello["stderr_marks"], True)
 
         out = self.path("out.safetensors")
         answer = w.ask(run_request(self.case_path, out, "numpy", trial_id="impl::numpy::numpy::a::1"))
@@ -143,6 +144,14 @@ class Protocol(TempDir):
         self.assertIn("library chatter", stderr)
         self.assertIn("C-level chatter", stderr)
         self.assertIn("Traceback", stderr)
+        # Each run's lines between its marks (hello says so), the traceback before the end mark.
+        lines = stderr.splitlines()
+        for rid in "xyz":
+            begin, end = (lines.index(f'relattn-mark {which} "{rid}"') for which in ("begin", "end"))
+            between = "\n".join(lines[begin + 1:end])
+            self.assertIn("library chatter", between)
+            self.assertEqual("Traceback" in between, rid == "y", between)
+            self.assertEqual(between.endswith("RuntimeError: kernel exploded"), rid == "y", between)
 
     def test_route_answers_echo_the_request_id(self):
         # relattn matches route answers to requests by id: a routing worker echoes it, even when

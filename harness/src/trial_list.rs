@@ -403,6 +403,7 @@ mod tests {
             split_paths: paths[..split_paths].to_vec(),
             unavailable: None,
             maps_case_files: false,
+            stderr_marks: false,
             paths,
         }
     }

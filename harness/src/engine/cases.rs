@@ -324,6 +324,7 @@ mod tests {
             split_paths: Vec::new(),
             unavailable: None,
             maps_case_files: maps,
+            stderr_marks: false,
         };
         let loads = hello("loads", false, &["p"]);
         let maps = hello("maps", true, &["p"]);

@@ -9,6 +9,7 @@ pub mod process;
 pub mod protocol;
 pub mod provision;
 pub mod runner;
+mod stderr;
 pub mod text;
 
 pub use live::end_all;

@@ -6,6 +6,7 @@
 //! (which finishes the trials in flight) but not the worker, a worker's `kill 0` reaches only
 //! its own group, and ending a worker ends every process it started in that group.
 
+use super::stderr::Stderr;
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -13,14 +14,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest answer line read (longer ones are a protocol violation).
 const MAX_LINE: usize = 1 << 20;
-/// Lines of stderr kept, and the longest kept line.
-const TAIL_LINES: usize = 30;
-const TAIL_LINE_CHARS: usize = 400;
+/// How long the answer of a worker with stderr marks waits for the request's end mark (written
+/// before the answer, so only the reader thread's delay).
+const MARK_WAIT: Duration = Duration::from_secs(2);
 /// Answers carrying the id of an earlier request (a worker that answered one twice) dropped
 /// while waiting for one answer; one more is a protocol violation.
 pub const MAX_STALE: usize = 4;
@@ -59,7 +60,7 @@ impl std::fmt::Display for Death {
     }
 }
 
-enum Line {
+pub(super) enum Line {
     Text(String),
     TooLong,
     Eof,
@@ -75,7 +76,9 @@ pub struct Process {
     ended: bool,
     stdin: Option<ChildStdin>,
     lines: Receiver<Line>,
-    tail: Arc<Mutex<VecDeque<String>>>,
+    stderr: Arc<Stderr>,
+    /// The worker marks each request's lines on stderr (`hello`'s `stderr_marks`).
+    marks: bool,
 }
 
 impl Process {
@@ -113,24 +116,7 @@ impl Process {
                 }
             }
         });
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let keep = tail.clone();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stderr);
-            loop {
-                match read_bounded_line(&mut reader) {
-                    Line::Eof => break,
-                    Line::TooLong => continue,
-                    Line::Text(l) => {
-                        let mut t = keep.lock().unwrap_or_else(|e| e.into_inner());
-                        if t.len() == TAIL_LINES {
-                            t.pop_front();
-                        }
-                        t.push_back(super::text::one_line(&l, TAIL_LINE_CHARS));
-                    }
-                }
-            }
-        });
+        let stderr = Stderr::read(stderr);
         let group = Pid::from_child(&child);
         super::live::add_group(group);
         Ok(Process {
@@ -140,7 +126,8 @@ impl Process {
             ended: false,
             child,
             lines,
-            tail,
+            stderr,
+            marks: false,
         })
     }
 
@@ -205,9 +192,21 @@ impl Process {
 
     /// The last lines the worker wrote to stderr.
     pub fn stderr_tail(&self, lines: usize) -> String {
-        let t = self.tail.lock().unwrap_or_else(|e| e.into_inner());
-        let skip = t.len().saturating_sub(lines);
-        t.iter().skip(skip).cloned().collect::<Vec<_>>().join("\n")
+        self.stderr.tail(lines)
+    }
+
+    /// From now on, the worker marks each request's lines on stderr.
+    pub fn use_marks(&mut self) {
+        self.marks = true;
+    }
+
+    /// The last lines the answered request `id` wrote to stderr: between its marks when the
+    /// worker marks them (and the end mark comes in time), else the process's last lines.
+    pub fn stderr_of(&self, id: &Value, lines: usize) -> String {
+        self.marks
+            .then(|| self.stderr.of_request(id, lines, MARK_WAIT))
+            .flatten()
+            .unwrap_or_else(|| self.stderr.tail(lines))
     }
 
     /// How the process ended, waiting briefly for it (it closed stdout, so it is usually gone).
@@ -274,7 +273,7 @@ impl Drop for Process {
 
 /// One line without its newline, at most `MAX_LINE` bytes (a longer one is drained and
 /// reported as too long), lossily decoded.
-fn read_bounded_line(reader: &mut impl BufRead) -> Line {
+pub(super) fn read_bounded_line(reader: &mut impl BufRead) -> Line {
     let mut buf = Vec::new();
     let mut limited = reader.take(MAX_LINE as u64 + 1);
     match limited.read_until(b'\n', &mut buf) {
@@ -322,6 +321,29 @@ mod tests {
         ));
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(p.stderr_tail(5), "err");
+    }
+
+    #[test]
+    fn a_marking_workers_request_quotes_its_own_stderr() {
+        // An earlier line, the request's lines between its marks, then the answer.
+        let script = r#"read l; echo before >&2; echo 'relattn-mark begin "t"' >&2; echo own >&2; echo 'relattn-mark end "t"' >&2; echo '{"ok":true,"id":"t"}'; read l"#;
+        let t = Duration::from_secs(5);
+        let id = serde_json::json!("t");
+        let mut p = Process::spawn(&sh(script)).unwrap();
+        p.use_marks();
+        p.request(&serde_json::json!({"id": "t"}), t).unwrap();
+        assert_eq!(p.stderr_of(&id, 12), "own");
+        // Without marks in use: the process's last lines.
+        let p2 = {
+            let mut p = Process::spawn(&sh(script)).unwrap();
+            p.request(&serde_json::json!({"id": "t"}), t).unwrap();
+            p
+        };
+        let started = Instant::now();
+        while p2.stderr_tail(12).lines().count() < 2 && started.elapsed() < t {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(p2.stderr_of(&id, 12), "before\nown");
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub struct Hello {
     /// processes that runs a case, the stored bytes instead of the floats (`footprint`).
     #[serde(default)]
     pub maps_case_files: bool,
+    /// Whether the worker writes a `relattn-mark begin ID` line to stderr when it takes a
+    /// request with an id and `relattn-mark end ID` before it answers (optional; default
+    /// false): a failed trial's message then quotes that request's stderr only.
+    #[serde(default)]
+    pub stderr_marks: bool,
 }
 
 /// How a `run` ended, as the worker says.

@@ -195,6 +195,9 @@ fn start_process(
             protocol::PROTOCOL
         ));
     }
+    if hello.stderr_marks {
+        p.use_marks();
+    }
     Ok((p, hello, watch))
 }
 
@@ -458,11 +461,14 @@ impl Runner for WorkerRunner {
         };
         st.deaths = 0;
         let checked = self.sanitizer_check(&mut st).map_err(RunError::Other)?;
-        let tail = st
-            .process
-            .as_ref()
-            .map(|p| p.stderr_tail(TAIL_IN_MESSAGE))
-            .unwrap_or_default();
+        // What this request wrote to stderr, for a message (read before a retire ends the
+        // process).
+        let tail = match (&answer, &st.process) {
+            (RunAnswer::Unsupported(_) | RunAnswer::Error(_), Some(p)) => {
+                p.stderr_of(&serde_json::Value::from(req.trial), TAIL_IN_MESSAGE)
+            }
+            _ => String::new(),
+        };
         let errors = checked.as_ref().and_then(|c| c.errors.clone());
         if errors.is_some() {
             // A fresh process (and sanitizer) for the next trial: its reports and its CUDA

@@ -308,6 +308,43 @@ fn verdicts_do_not_depend_on_the_pools_size() {
     assert_eq!(one, four);
 }
 
+/// A failed trial's message quotes what its own request wrote to stderr (the worker marks it),
+/// not an earlier trial's lines nor a part of its own read in time or not: the same with one
+/// process and with four.
+#[test]
+fn a_failed_trials_message_quotes_its_own_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("RELATTN_FAULTY_RAISE", "window_edges"),
+        ("RELATTN_FAULTY_NOISE", "impl::"),
+    ];
+    let messages = |name: &str, n: usize| -> BTreeMap<String, String> {
+        let (o, report) = pool_run(dir.path(), name, n, &env);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        worker_rows(&report)
+            .iter()
+            .filter(|r| r["status"] == "error")
+            .map(|r| {
+                let trial = r["trial"].as_str().unwrap().to_string();
+                // The kept files' paths name the report's folder.
+                let message = r["message"].as_str().unwrap_or_default();
+                (trial, message.replace(&format!("/{name}/"), "/REPORT/"))
+            })
+            .collect()
+    };
+    let one = messages("one", 1);
+    assert!(one.len() >= 4, "{one:?}");
+    for (trial, message) in &one {
+        let (_, stderr) = message.split_once("worker stderr:\n").expect(message);
+        assert!(
+            stderr.contains(&format!("RuntimeError: planted error in {trial}")),
+            "{trial}: {message}"
+        );
+        assert!(!stderr.contains("noise of"), "{trial}: {message}");
+    }
+    assert_eq!(one, messages("four", 4));
+}
+
 /// A worker that says in `hello` it cannot run here has its trials decided as skips with its
 /// reason, without a case file written or a `run` sent.
 #[test]
