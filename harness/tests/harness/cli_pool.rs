@@ -275,6 +275,31 @@ fn a_process_that_dies_restarts_alone() {
     );
 }
 
+/// Status and message of each worker trial of a `pool_run` that exits 1 (its report's folder in
+/// the messages, the kept files' paths, named REPORT), by trial.
+fn verdicts(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    env: &[(&str, &str)],
+) -> BTreeMap<String, (String, String)> {
+    let (o, report) = pool_run(dir, name, n, env);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    worker_rows(&report)
+        .iter()
+        .map(|r| {
+            let message = r["message"].as_str().unwrap_or_default();
+            (
+                r["trial"].as_str().unwrap().to_string(),
+                (
+                    r["status"].as_str().unwrap().to_string(),
+                    message.replace(&format!("/{name}/"), "/REPORT/"),
+                ),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn verdicts_do_not_depend_on_the_pools_size() {
     let dir = tempfile::tempdir().unwrap();
@@ -282,30 +307,9 @@ fn verdicts_do_not_depend_on_the_pools_size() {
         ("RELATTN_FAULTY_WRONG", "seed1"),
         ("RELATTN_FAULTY_NAN", "decode"),
     ];
-    let verdicts = |name: &str, n: usize| -> BTreeMap<String, (String, String)> {
-        let (o, report) = pool_run(dir.path(), name, n, &env);
-        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-        worker_rows(&report)
-            .iter()
-            .map(|r| {
-                (
-                    r["trial"].as_str().unwrap().to_string(),
-                    (
-                        r["status"].as_str().unwrap().to_string(),
-                        // The kept files' paths name the report's folder.
-                        r["message"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .replace(&format!("/{name}/"), "/REPORT/"),
-                    ),
-                )
-            })
-            .collect()
-    };
-    let one = verdicts("one", 1);
-    let four = verdicts("four", 4);
+    let one = verdicts(dir.path(), "one", 1, &env);
     assert!(one.values().any(|(s, _)| s == "fail"));
-    assert_eq!(one, four);
+    assert_eq!(one, verdicts(dir.path(), "four", 4, &env));
 }
 
 /// A failed trial's message quotes what its own request wrote to stderr (the worker marks it),
@@ -318,23 +322,10 @@ fn a_failed_trials_message_quotes_its_own_stderr() {
         ("RELATTN_FAULTY_RAISE", "window_edges"),
         ("RELATTN_FAULTY_NOISE", "impl::"),
     ];
-    let messages = |name: &str, n: usize| -> BTreeMap<String, String> {
-        let (o, report) = pool_run(dir.path(), name, n, &env);
-        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-        worker_rows(&report)
-            .iter()
-            .filter(|r| r["status"] == "error")
-            .map(|r| {
-                let trial = r["trial"].as_str().unwrap().to_string();
-                // The kept files' paths name the report's folder.
-                let message = r["message"].as_str().unwrap_or_default();
-                (trial, message.replace(&format!("/{name}/"), "/REPORT/"))
-            })
-            .collect()
-    };
-    let one = messages("one", 1);
-    assert!(one.len() >= 4, "{one:?}");
-    for (trial, message) in &one {
+    let one = verdicts(dir.path(), "one", 1, &env);
+    let errors: Vec<_> = one.iter().filter(|(_, (s, _))| s == "error").collect();
+    assert!(errors.len() >= 4, "{one:?}");
+    for (trial, (_, message)) in errors {
         let (_, stderr) = message.split_once("worker stderr:\n").expect(message);
         assert!(
             stderr.contains(&format!("RuntimeError: planted error in {trial}")),
@@ -342,7 +333,7 @@ fn a_failed_trials_message_quotes_its_own_stderr() {
         );
         assert!(!stderr.contains("noise of"), "{trial}: {message}");
     }
-    assert_eq!(one, messages("four", 4));
+    assert_eq!(one, verdicts(dir.path(), "four", 4, &env));
 }
 
 /// A worker that says in `hello` it cannot run here has its trials decided as skips with its
