@@ -262,10 +262,24 @@ def _take_protocol_stdout():
 MARK = "relattn-mark"
 
 
+@functools.lru_cache(maxsize=None)
+def _c_library():
+    """The C library of this process (None where ctypes cannot load it)."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None)
+    except (ImportError, OSError):
+        return None
+
+
 def _mark(which, rid):
     """Mark on stderr where request `rid`'s lines begin or end: what the process printed before
-    (Python's buffer, then the mark, in order on fd 2) is not this request's, nor what comes after."""
+    (C's stdio buffers, which fd 1 and 2 both reach here, then Python's, then the mark, in order
+    on fd 2) is not this request's, nor what comes after."""
     try:
+        libc = _c_library()
+        if libc is not None:
+            libc.fflush(None)
         sys.stderr.flush()
         sys.stderr.write(f"{MARK} {which} {json.dumps(rid)}\n")
         sys.stderr.flush()
@@ -434,6 +448,10 @@ def serve(worker, stdin=None):
     sys.exit(0)
 
 
+# A request answered by the worker itself, or by nobody (NoAnswer).
+_NO_ANSWER = object()
+
+
 def serve_line(worker, line, out):
     """Answer one request line on `out`; False after bye. Once the hello answer is out, the
     worker's warm-up starts (`Worker.warm_up`)."""
@@ -441,32 +459,37 @@ def serve_line(worker, line, out):
         line = line.decode("utf-8", errors="replace")
     if not line.strip():
         return True
-    request, marked = None, None
+    request, marked, answer = None, False, _NO_ANSWER
     try:
-        request = json.loads(line)
-        if isinstance(request, dict) and request.get("op") in ("run", "route") and "id" in request:
-            # What the warm-up prints is not the first request's.
-            _warmed(worker)
-            marked = request["id"]
-            _mark("begin", marked)
-        answer = handle(worker, request)
-        if answer is None:      # bye
-            return False
-    except NoAnswer:
+        try:
+            request = json.loads(line)
+            if isinstance(request, dict) and "id" in request:
+                if request.get("op") in ("run", "route"):
+                    _warmed(worker)     # what the warm-up prints is not the first request's
+                _mark("begin", request["id"])
+                marked = True
+            answer = handle(worker, request)
+        except NoAnswer:
+            pass
+        except Unsupported as e:
+            answer = {"ok": False, "status": "unsupported", "message": str(e) or type(e).__name__}
+        except (json.JSONDecodeError, BadRequest) as e:
+            answer = {"ok": False, "status": "error", "message": f"bad request: {e}"}
+        except Exception as e:  # the implementation raised: the trial is an error
+            traceback.print_exc(file=sys.stderr)
+            answer = {"ok": False, "status": "error", "message": f"{type(e).__name__}: {e}"}
+    finally:
+        # Every request with an id has its end mark, after all it printed, before its answer.
+        if marked:
+            _mark("end", request["id"])
+    if answer is _NO_ANSWER:
         return True
-    except Unsupported as e:
-        answer = {"ok": False, "status": "unsupported", "message": str(e) or type(e).__name__}
-    except (json.JSONDecodeError, BadRequest) as e:
-        answer = {"ok": False, "status": "error", "message": f"bad request: {e}"}
-    except Exception as e:  # the implementation raised: the trial is an error
-        traceback.print_exc(file=sys.stderr)
-        answer = {"ok": False, "status": "error", "message": f"{type(e).__name__}: {e}"}
+    if answer is None:      # bye
+        return False
     if isinstance(request, dict) and "id" in request:
         answer.setdefault("id", request["id"])
         # keep "ok" first for readers of the raw lines
         answer = {"ok": answer.pop("ok"), **answer}
-    if marked is not None:
-        _mark("end", marked)
     _answer(out, answer)
     if isinstance(request, dict) and request.get("op") == "hello" and answer.get("ok"):
         _start_warm_up(worker)

@@ -1,8 +1,10 @@
 """The protocol loop (relattn_worker.serve) driven through a subprocess, with numpy_worker.py."""
 
+import contextlib
 import io
 import json
 import os
+import sys
 import textwrap
 import threading
 import time
@@ -114,7 +116,7 @@ class Protocol(TempDir):
         script = self.path("noisy_worker.py")
         with open(script, "w") as f:
             f.write(textwrap.dedent(f"""
-                import os, sys
+                import ctypes, os, sys
                 sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
                 from relattn_worker import Worker, Unsupported, serve, attention_numpy
                 class Noisy(Worker):
@@ -122,6 +124,8 @@ class Protocol(TempDir):
                     def run(self, case, path, num_splits, timing):
                         print("library chatter")
                         os.write(1, b"C-level chatter\\n")
+                        # Into C's stdio buffer (fd 1 is no terminal: kept until flushed).
+                        ctypes.CDLL(None).printf(b"C stdio chatter %s\\n", path.encode())
                         if path == "b":
                             raise RuntimeError("kernel exploded")
                         if path == "c":
@@ -146,10 +150,11 @@ class Protocol(TempDir):
         self.assertIn("Traceback", stderr)
         # Each run's lines between its marks (hello says so), the traceback before the end mark.
         lines = stderr.splitlines()
-        for rid in "xyz":
+        for rid, path in zip("xyz", "abc"):
             begin, end = (lines.index(f'relattn-mark {which} "{rid}"') for which in ("begin", "end"))
             between = "\n".join(lines[begin + 1:end])
             self.assertIn("library chatter", between)
+            self.assertIn(f"C stdio chatter {path}", between)
             self.assertEqual("Traceback" in between, rid == "y", between)
             self.assertEqual(between.endswith("RuntimeError: kernel exploded"), rid == "y", between)
 
@@ -224,8 +229,35 @@ class WarmingWorker(Worker):
 
 
 def serve_lines(worker, out, *requests):
-    for r in requests:
-        relattn_worker.serve_line(worker, json.dumps(r), out)
+    """Serve `requests` one by one, answers on `out`; what the worker wrote to stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        for r in requests:
+            relattn_worker.serve_line(worker, json.dumps(r), out)
+    return err.getvalue()
+
+
+class StderrMarks(unittest.TestCase):
+    """Every request with an id has a begin and an end mark on stderr, also when it is answered
+    by nobody (NoAnswer), fails to parse as a run, or has a null id."""
+
+    def test_each_request_with_an_id_is_marked(self):
+        class Silent(Worker):
+            name, version, paths = "silent", "0", ["p"]
+
+            def route(self, cc, shape):
+                print("routing", file=sys.stderr)
+                raise relattn_worker.NoAnswer()
+
+        out = io.StringIO()
+        err = serve_lines(Silent(), out, HELLO, {"op": "run", "id": "t"},
+                          {"op": "route", "id": None, "cc": "9.0", "shape": {}},
+                          {"op": "nonsense", "id": 3}, {"op": "bye"})
+        self.assertEqual(err.splitlines(), [
+            'relattn-mark begin "t"', 'relattn-mark end "t"',           # a bad run request
+            "relattn-mark begin null", "routing", "relattn-mark end null",   # answered by nobody
+            "relattn-mark begin 3", "relattn-mark end 3"])              # an unknown op
+        self.assertEqual(len(out.getvalue().splitlines()), 3)           # hello, run, nonsense
 
 
 class WarmUp(unittest.TestCase):

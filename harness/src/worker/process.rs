@@ -79,6 +79,8 @@ pub struct Process {
     stderr: Arc<Stderr>,
     /// The worker marks each request's lines on stderr (`hello`'s `stderr_marks`).
     marks: bool,
+    /// Requests with an id sent since then: the last one's end mark is the `marked`-th.
+    marked: u64,
 }
 
 impl Process {
@@ -128,6 +130,7 @@ impl Process {
             lines,
             stderr,
             marks: false,
+            marked: 0,
         })
     }
 
@@ -164,6 +167,7 @@ impl Process {
             .and_then(|()| stdin.flush())
             .map_err(|e| Death::Write(e.to_string()))?;
         if let Some(id) = message.get("id") {
+            self.marked += u64::from(self.marks);
             if self.sent_ids.len() == IDS_KEPT {
                 self.sent_ids.pop_front();
             }
@@ -195,18 +199,24 @@ impl Process {
         self.stderr.tail(lines)
     }
 
-    /// From now on, the worker marks each request's lines on stderr.
+    /// From now on, the worker marks each request with an id on stderr.
     pub fn use_marks(&mut self) {
         self.marks = true;
+        self.marked = self.stderr.ends();
     }
 
-    /// The last lines the answered request `id` wrote to stderr: between its marks when the
-    /// worker marks them (and the end mark comes in time), else the process's last lines.
-    pub fn stderr_of(&self, id: &Value, lines: usize) -> String {
-        self.marks
-            .then(|| self.stderr.of_request(id, lines, MARK_WAIT))
-            .flatten()
-            .unwrap_or_else(|| self.stderr.tail(lines))
+    /// The last lines the answered request `id` (the last one sent) wrote to stderr: between
+    /// its marks when the worker marks them (and the end mark comes in time), else the
+    /// process's last lines. A worker whose marks fell out of step (one missing, one too many)
+    /// is counted from the marks read so far again.
+    pub fn stderr_of(&mut self, id: &Value, lines: usize) -> String {
+        if self.marks {
+            match self.stderr.of_request(id, self.marked, lines, MARK_WAIT) {
+                Some(own) => return own,
+                None => self.marked = self.stderr.ends(),
+            }
+        }
+        self.stderr.tail(lines)
     }
 
     /// How the process ended, waiting briefly for it (it closed stdout, so it is usually gone).
@@ -334,7 +344,7 @@ mod tests {
         p.request(&serde_json::json!({"id": "t"}), t).unwrap();
         assert_eq!(p.stderr_of(&id, 12), "own");
         // Without marks in use: the process's last lines.
-        let p2 = {
+        let mut p2 = {
             let mut p = Process::spawn(&sh(script)).unwrap();
             p.request(&serde_json::json!({"id": "t"}), t).unwrap();
             p

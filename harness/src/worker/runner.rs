@@ -463,13 +463,16 @@ impl Runner for WorkerRunner {
         let checked = self.sanitizer_check(&mut st).map_err(RunError::Other)?;
         // What this request wrote to stderr, for a message (read before a retire ends the
         // process).
-        let tail = match (&answer, &st.process) {
-            (RunAnswer::Unsupported(_) | RunAnswer::Error(_), Some(p)) => {
-                p.stderr_of(&serde_json::Value::from(req.trial), TAIL_IN_MESSAGE)
-            }
+        let errors = checked.as_ref().and_then(|c| c.errors.clone());
+        let quoted = match answer {
+            RunAnswer::Error(_) => true,
+            RunAnswer::Unsupported(_) => errors.is_some(),
+            RunAnswer::Done { .. } => false,
+        };
+        let tail = match &mut st.process {
+            Some(p) if quoted => p.stderr_of(&serde_json::Value::from(req.trial), TAIL_IN_MESSAGE),
             _ => String::new(),
         };
-        let errors = checked.as_ref().and_then(|c| c.errors.clone());
         if errors.is_some() {
             // A fresh process (and sanitizer) for the next trial: its reports and its CUDA
             // context start clean. Not a death: the worker answered.

@@ -1,12 +1,14 @@
 //! A worker's stderr, read on a thread of its own: its last lines, kept for messages, and, for
-//! a worker whose `hello` says `stderr_marks`, the lines each request wrote between its marks
-//! (`relattn-mark begin ID` and `relattn-mark end ID`, ID the request's id as JSON).
+//! a worker whose `hello` says `stderr_marks`, the lines each request with an id wrote between
+//! its marks (`relattn-mark begin ID` and `relattn-mark end ID`, ID the request's id as JSON).
 //!
 //! Without marks, the lines a failed trial's message quotes are whatever the reader thread had
 //! read when the answer came: the end of this trial's traceback or none of it, lines of an
 //! earlier trial of the same process or not, so the same trial's message changed from run to
 //! run and with the pool's size. With marks, relattn waits for the request's end mark (written
-//! before its answer) and quotes that request's lines only.
+//! before its answer) and quotes that request's lines only. End marks are counted: the n-th
+//! request with an id is answered by the n-th end mark, so an earlier run of the same trial
+//! (triage runs one again) whose end mark was read late is never taken for it.
 
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -20,14 +22,24 @@ pub const MARK: &str = "relattn-mark";
 const TAIL_LINES: usize = 30;
 const TAIL_LINE_CHARS: usize = 400;
 
+/// A request's end mark as read: its place among the end marks, its id, and its lines (None
+/// when its begin mark was not read: the lines cannot be told apart).
+struct Closed {
+    number: u64,
+    id: Value,
+    lines: Option<VecDeque<String>>,
+}
+
 #[derive(Default)]
 struct Lines {
     /// The process's last lines (marks left out).
     tail: VecDeque<String>,
     /// The request being handled (its id) and its lines so far.
     open: Option<(Value, VecDeque<String>)>,
-    /// The last request whose end mark was read, and its lines.
-    closed: Option<(Value, VecDeque<String>)>,
+    /// End marks read.
+    ends: u64,
+    /// The last request whose end mark was read.
+    closed: Option<Closed>,
     /// stderr is closed.
     eof: bool,
 }
@@ -55,15 +67,18 @@ fn last(lines: &VecDeque<String>, n: usize) -> String {
         .join("\n")
 }
 
-/// A mark's kind and request id; None for any other line.
-fn mark(line: &str) -> Option<(bool, Value)> {
-    let rest = line.strip_prefix(MARK)?.strip_prefix(' ')?;
+/// A line split at a mark: the text before it (a partial line another writer left unfinished,
+/// possibly empty), and the mark's kind and request id; None when the line holds no mark.
+fn mark(line: &str) -> Option<(&str, bool, Value)> {
+    let at = line.find(MARK)?;
+    let rest = line[at + MARK.len()..].strip_prefix(' ')?;
     let (begin, id) = match rest.split_once(' ')? {
         ("begin", id) => (true, id),
         ("end", id) => (false, id),
         _ => return None,
     };
-    serde_json::from_str(id).ok().map(|id| (begin, id))
+    let id = serde_json::from_str(id).ok()?;
+    Some((&line[..at], begin, id))
 }
 
 impl Stderr {
@@ -90,26 +105,37 @@ impl Stderr {
         self.lines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn text(l: &mut Lines, line: &str) {
+        keep(&mut l.tail, line);
+        if let Some((_, lines)) = &mut l.open {
+            keep(lines, line);
+        }
+    }
+
     fn push(&self, line: &str) {
         let mut l = self.lock();
-        match mark(line) {
-            Some((true, id)) => l.open = Some((id, VecDeque::new())),
-            Some((false, id)) => {
-                let lines = match l.open.take() {
-                    Some((open, lines)) if open == id => lines,
-                    _ => VecDeque::new(),
-                };
-                l.closed = Some((id, lines));
-                drop(l);
-                self.changed.notify_all();
-            }
-            None => {
-                keep(&mut l.tail, line);
-                if let Some((_, lines)) = &mut l.open {
-                    keep(lines, line);
-                }
-            }
+        let Some((before, begin, id)) = mark(line) else {
+            return Stderr::text(&mut l, line);
+        };
+        if !before.is_empty() {
+            Stderr::text(&mut l, before);
         }
+        if begin {
+            l.open = Some((id, VecDeque::new()));
+            return;
+        }
+        let lines = match l.open.take() {
+            Some((open, lines)) if open == id => Some(lines),
+            _ => None,
+        };
+        l.ends += 1;
+        l.closed = Some(Closed {
+            number: l.ends,
+            id,
+            lines,
+        });
+        drop(l);
+        self.changed.notify_all();
     }
 
     /// The process's last `n` lines.
@@ -117,16 +143,23 @@ impl Stderr {
         last(&self.lock().tail, n)
     }
 
-    /// The last `n` lines request `id` wrote between its marks, waiting up to `wait` for its
-    /// end mark; None when it was not read by then (or stderr closed first).
-    pub fn of_request(&self, id: &Value, n: usize, wait: Duration) -> Option<String> {
+    /// End marks read so far.
+    pub fn ends(&self) -> u64 {
+        self.lock().ends
+    }
+
+    /// The last `n` lines that request `id`, the `number`-th request with an id, wrote between
+    /// its marks, waiting up to `wait` for its end mark. None when that mark was not read by
+    /// then (or stderr closed first), or is not this request's, or came without its begin.
+    pub fn of_request(&self, id: &Value, number: u64, n: usize, wait: Duration) -> Option<String> {
         let deadline = Instant::now() + wait;
         let mut l = self.lock();
         loop {
-            if let Some((closed, lines)) = &l.closed {
-                if closed == id {
-                    return Some(last(lines, n));
-                }
+            if l.ends >= number {
+                let c = l.closed.as_ref()?;
+                return (c.number == number && &c.id == id)
+                    .then(|| c.lines.as_ref().map(|lines| last(lines, n)))
+                    .flatten();
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if l.eof || left.is_zero() {
@@ -154,6 +187,8 @@ mod tests {
         s
     }
 
+    const NOW: Duration = Duration::ZERO;
+
     #[test]
     fn a_requests_lines_are_those_between_its_marks() {
         let s = fed(&[
@@ -166,12 +201,11 @@ mod tests {
             r#"relattn-mark begin "t2""#,
             r#"relattn-mark end "t2""#,
         ]);
-        let none = Duration::ZERO;
-        assert_eq!(s.of_request(&json!("t2"), 12, none).as_deref(), Some(""));
+        assert_eq!(s.of_request(&json!("t2"), 2, 12, NOW).as_deref(), Some(""));
         assert_eq!(
-            s.of_request(&json!("t1"), 12, none),
+            s.of_request(&json!("t1"), 1, 12, NOW),
             None,
-            "only the last request is kept"
+            "only the last is kept"
         );
         assert_eq!(
             s.tail(12),
@@ -184,7 +218,28 @@ mod tests {
             "c",
             r#"relattn-mark end "t1""#,
         ]);
-        assert_eq!(s.of_request(&json!("t1"), 2, none).as_deref(), Some("b\nc"));
+        assert_eq!(
+            s.of_request(&json!("t1"), 1, 2, NOW).as_deref(),
+            Some("b\nc")
+        );
+    }
+
+    #[test]
+    fn an_earlier_run_of_the_same_request_is_not_taken_for_the_next() {
+        // The second request with id "t" is sent before the first's end mark is read.
+        let s = fed(&[
+            r#"relattn-mark begin "t""#,
+            "first",
+            r#"relattn-mark end "t""#,
+        ]);
+        assert_eq!(s.of_request(&json!("t"), 2, 5, NOW), None);
+        s.push(r#"relattn-mark begin "t""#);
+        s.push("second");
+        s.push(r#"relattn-mark end "t""#);
+        assert_eq!(
+            s.of_request(&json!("t"), 2, 5, NOW).as_deref(),
+            Some("second")
+        );
     }
 
     #[test]
@@ -195,49 +250,68 @@ mod tests {
             "relattn-markend \"t1\"",
         ]);
         assert_eq!(s.tail(5).lines().count(), 3);
-        assert_eq!(s.of_request(&json!("t1"), 5, Duration::ZERO), None);
+        assert_eq!(s.of_request(&json!("t1"), 1, 5, NOW), None);
     }
 
     #[test]
-    fn an_end_without_its_begin_has_no_lines_and_another_ids_end_is_not_taken() {
+    fn a_mark_after_another_writers_partial_line_is_read() {
+        let s = fed(&[
+            r#"unfinished printf textrelattn-mark begin "t""#,
+            "own",
+            r#"more of itrelattn-mark end "t""#,
+        ]);
+        assert_eq!(
+            s.of_request(&json!("t"), 1, 5, NOW).as_deref(),
+            Some("own\nmore of it")
+        );
+        assert_eq!(s.tail(5), "unfinished printf text\nown\nmore of it");
+    }
+
+    #[test]
+    fn an_end_without_its_begin_or_another_ids_end_quotes_nothing() {
         let s = fed(&[
             r#"relattn-mark begin "t1""#,
             "x",
             r#"relattn-mark end "t2""#,
         ]);
-        assert_eq!(
-            s.of_request(&json!("t2"), 5, Duration::ZERO).as_deref(),
-            Some("")
-        );
-        assert_eq!(s.of_request(&json!("t1"), 5, Duration::ZERO), None);
+        assert_eq!(s.of_request(&json!("t2"), 1, 5, NOW), None);
+        assert_eq!(s.of_request(&json!("t1"), 1, 5, NOW), None);
+        assert_eq!(s.ends(), 1);
     }
 
     #[test]
     fn the_end_mark_is_waited_for_and_the_wait_is_bounded() {
-        let (r, mut w) = std::io::pipe().unwrap();
+        use std::io::Write;
+        let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
         let s = Stderr::read(r);
-        let writer = std::thread::spawn(move || {
-            use std::io::Write;
-            writeln!(w, "relattn-mark begin 7").unwrap();
-            writeln!(w, "late line").unwrap();
-            std::thread::sleep(Duration::from_millis(200));
-            writeln!(w, "relattn-mark end 7").unwrap();
-            w
-        });
-        let got = s.of_request(&json!(7), 5, Duration::from_secs(10));
-        assert_eq!(got.as_deref(), Some("late line"));
-        let w = writer.join().unwrap();
+        writeln!(w, "relattn-mark begin 7").unwrap();
+        writeln!(w, "late line").unwrap();
+        let waiting = {
+            let s = s.clone();
+            std::thread::spawn(move || s.of_request(&json!(7), 1, 5, Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        writeln!(w, "relattn-mark end 7").unwrap();
+        assert_eq!(waiting.join().unwrap().as_deref(), Some("late line"));
         let started = Instant::now();
-        assert_eq!(s.of_request(&json!(8), 5, Duration::from_millis(100)), None);
+        assert_eq!(
+            s.of_request(&json!(8), 2, 5, Duration::from_millis(100)),
+            None
+        );
         assert!(started.elapsed() < Duration::from_secs(5));
+        // A stderr that closes wakes a caller already waiting.
+        let waiting = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let got = s.of_request(&json!(9), 2, 5, Duration::from_secs(30));
+                (got, started.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
         drop(w);
-        // A closed stderr ends the wait at once.
-        let started = Instant::now();
-        while !s.lock().eof && started.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let started = Instant::now();
-        assert_eq!(s.of_request(&json!(9), 5, Duration::from_secs(30)), None);
-        assert!(started.elapsed() < Duration::from_secs(5));
+        let (got, took) = waiting.join().unwrap();
+        assert_eq!(got, None);
+        assert!(took < Duration::from_secs(10), "{took:?}");
     }
 }
