@@ -420,12 +420,9 @@ def handle(worker, request):
     if op == "hello":
         return worker.hello()
     if op == "run":
-        _warmed(worker)
         worker.request = request
         return _run_request(worker, request)
     if op == "route":
-        # Routing may patch the op's module (a stand-in platform): not while it is imported.
-        _warmed(worker)
         return _route_request(worker, request)
     if op == "bye":
         return None
@@ -463,9 +460,12 @@ def serve_line(worker, line, out):
     try:
         try:
             request = json.loads(line)
+            if isinstance(request, dict) and request.get("op") in ("run", "route"):
+                # A run needs what the warm-up does; routing may patch the op's module (a
+                # stand-in platform), not while it is imported. Before the begin mark: what
+                # the warm-up prints is not the first request's.
+                _warmed(worker)
             if isinstance(request, dict) and "id" in request:
-                if request.get("op") in ("run", "route"):
-                    _warmed(worker)     # what the warm-up prints is not the first request's
                 _mark("begin", request["id"])
                 marked = True
             answer = handle(worker, request)

@@ -77,10 +77,9 @@ pub struct Process {
     stdin: Option<ChildStdin>,
     lines: Receiver<Line>,
     stderr: Arc<Stderr>,
-    /// The worker marks each request's lines on stderr (`hello`'s `stderr_marks`).
-    marks: bool,
-    /// Requests with an id sent since then: the last one's end mark is the `marked`-th.
-    marked: u64,
+    /// When the worker marks each request's lines on stderr (`hello`'s `stderr_marks`): the
+    /// place among its end marks of the last request with an id sent.
+    marked: Option<u64>,
 }
 
 impl Process {
@@ -129,8 +128,7 @@ impl Process {
             child,
             lines,
             stderr,
-            marks: false,
-            marked: 0,
+            marked: None,
         })
     }
 
@@ -167,7 +165,9 @@ impl Process {
             .and_then(|()| stdin.flush())
             .map_err(|e| Death::Write(e.to_string()))?;
         if let Some(id) = message.get("id") {
-            self.marked += u64::from(self.marks);
+            if let Some(n) = &mut self.marked {
+                *n += 1;
+            }
             if self.sent_ids.len() == IDS_KEPT {
                 self.sent_ids.pop_front();
             }
@@ -201,8 +201,7 @@ impl Process {
 
     /// From now on, the worker marks each request with an id on stderr.
     pub fn use_marks(&mut self) {
-        self.marks = true;
-        self.marked = self.stderr.ends();
+        self.marked = Some(self.stderr.ends());
     }
 
     /// The last lines the answered request `id` (the last one sent) wrote to stderr: between
@@ -210,10 +209,10 @@ impl Process {
     /// process's last lines. A worker whose marks fell out of step (one missing, one too many)
     /// is counted from the marks read so far again.
     pub fn stderr_of(&mut self, id: &Value, lines: usize) -> String {
-        if self.marks {
-            match self.stderr.of_request(id, self.marked, lines, MARK_WAIT) {
+        if let Some(n) = self.marked {
+            match self.stderr.of_request(id, n, lines, MARK_WAIT) {
                 Some(own) => return own,
-                None => self.marked = self.stderr.ends(),
+                None => self.marked = Some(self.stderr.ends()),
             }
         }
         self.stderr.tail(lines)

@@ -461,9 +461,9 @@ impl Runner for WorkerRunner {
         };
         st.deaths = 0;
         let checked = self.sanitizer_check(&mut st).map_err(RunError::Other)?;
+        let errors = checked.as_ref().and_then(|c| c.errors.clone());
         // What this request wrote to stderr, for a message (read before a retire ends the
         // process).
-        let errors = checked.as_ref().and_then(|c| c.errors.clone());
         let quoted = match answer {
             RunAnswer::Error(_) => true,
             RunAnswer::Unsupported(_) => errors.is_some(),

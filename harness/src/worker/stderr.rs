@@ -22,10 +22,9 @@ pub const MARK: &str = "relattn-mark";
 const TAIL_LINES: usize = 30;
 const TAIL_LINE_CHARS: usize = 400;
 
-/// A request's end mark as read: its place among the end marks, its id, and its lines (None
-/// when its begin mark was not read: the lines cannot be told apart).
+/// A request's end mark as read (the `ends`-th): its id, and its lines (None when its begin
+/// mark was not read: the lines cannot be told apart).
 struct Closed {
-    number: u64,
     id: Value,
     lines: Option<VecDeque<String>>,
 }
@@ -38,10 +37,20 @@ struct Lines {
     open: Option<(Value, VecDeque<String>)>,
     /// End marks read.
     ends: u64,
-    /// The last request whose end mark was read.
+    /// The last request whose end mark was read (the `ends`-th).
     closed: Option<Closed>,
     /// stderr is closed.
     eof: bool,
+}
+
+impl Lines {
+    /// A line that is no mark: the process's, and the open request's.
+    fn text(&mut self, line: &str) {
+        keep(&mut self.tail, line);
+        if let Some((_, lines)) = &mut self.open {
+            keep(lines, line);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -105,20 +114,13 @@ impl Stderr {
         self.lines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn text(l: &mut Lines, line: &str) {
-        keep(&mut l.tail, line);
-        if let Some((_, lines)) = &mut l.open {
-            keep(lines, line);
-        }
-    }
-
     fn push(&self, line: &str) {
         let mut l = self.lock();
         let Some((before, begin, id)) = mark(line) else {
-            return Stderr::text(&mut l, line);
+            return l.text(line);
         };
         if !before.is_empty() {
-            Stderr::text(&mut l, before);
+            l.text(before);
         }
         if begin {
             l.open = Some((id, VecDeque::new()));
@@ -129,11 +131,7 @@ impl Stderr {
             _ => None,
         };
         l.ends += 1;
-        l.closed = Some(Closed {
-            number: l.ends,
-            id,
-            lines,
-        });
+        l.closed = Some(Closed { id, lines });
         drop(l);
         self.changed.notify_all();
     }
@@ -157,7 +155,7 @@ impl Stderr {
         loop {
             if l.ends >= number {
                 let c = l.closed.as_ref()?;
-                return (c.number == number && &c.id == id)
+                return (l.ends == number && &c.id == id)
                     .then(|| c.lines.as_ref().map(|lines| last(lines, n)))
                     .flatten();
             }
