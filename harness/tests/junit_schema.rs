@@ -10,6 +10,7 @@
 //! a control that the validator rejects what the schema forbids (a negative suite time, a
 //! `skipped` count on the root), so a validator that checks nothing cannot pass.
 
+mod binary;
 mod common;
 #[allow(dead_code)]
 mod python;

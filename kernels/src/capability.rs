@@ -35,6 +35,16 @@ pub enum CapabilityError {
     },
     #[error("NVML query failed: {0}")]
     Nvml(String),
+    #[error("CUDA_VISIBLE_DEVICES is `{0}` and hides every GPU (unset it to use them)")]
+    Hidden(String),
+}
+
+/// Whether a `CUDA_VISIBLE_DEVICES` value hides every device, as CUDA reads it: an empty list, or
+/// one whose first entry is not a device (CUDA stops at the first invalid entry; `-1` is the
+/// usual way to write it). Other values are not mapped: `--devices` picks NVML indices.
+pub fn hides_every_gpu(visible: &str) -> bool {
+    let first = visible.split(',').next().unwrap_or("").trim();
+    first.is_empty() || first.starts_with('-')
 }
 
 /// A source of device capabilities.
@@ -56,6 +66,13 @@ impl NvmlSource {
 impl CapabilitySource for NvmlSource {
     fn devices(&self) -> Result<Vec<DeviceInfo>, CapabilityError> {
         use nvml_wrapper::error::NvmlError;
+        // NVML lists every device whatever CUDA_VISIBLE_DEVICES says; a process told to see none
+        // sees none.
+        if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {
+            if hides_every_gpu(&visible) {
+                return Err(CapabilityError::Hidden(visible));
+            }
+        }
         let nvml = nvml_wrapper::Nvml::init().map_err(|e| match e {
             NvmlError::LibloadingError(_)
             | NvmlError::FailedToLoadSymbol(_)

@@ -1,7 +1,8 @@
 //! Capability sources and the preflight check, with mocked devices.
 
 use relattn_kernels::capability::{
-    preflight, CapabilityError, CapabilitySource, DeviceInfo, MockSource, NvmlSource,
+    hides_every_gpu, preflight, CapabilityError, CapabilitySource, DeviceInfo, MockSource,
+    NvmlSource,
 };
 use relattn_kernels::routing::{Capability, PathId};
 
@@ -78,9 +79,11 @@ fn device_info_serialises_capability_as_text() {
 
 #[test]
 fn nvml_source_never_panics() {
-    // Without a driver this is NoDriver; on a GPU machine it lists devices with real capabilities.
+    // Without a driver this is NoDriver; on a GPU machine it lists devices with real capabilities
+    // (none under an empty CUDA_VISIBLE_DEVICES).
     match NvmlSource::new().devices() {
         Err(CapabilityError::NoDriver(detail)) => assert!(!detail.is_empty()),
+        Err(CapabilityError::Hidden(visible)) => assert!(hides_every_gpu(&visible)),
         Err(other) => panic!("NVML present but failing: {other}"),
         Ok(devices) => {
             for d in devices {
@@ -89,4 +92,23 @@ fn nvml_source_never_panics() {
             }
         }
     }
+}
+
+#[test]
+fn cuda_visible_devices_hides_every_gpu_when_empty_or_starting_invalid() {
+    for hidden in ["", " ", "-1", "-1,0", ",0", "-"] {
+        assert!(hides_every_gpu(hidden), "`{hidden}`");
+    }
+    for shown in [
+        "0",
+        "1",
+        "0,1",
+        " 2 ,3",
+        "GPU-8f6e2a1c",
+        "MIG-GPU-8f6e2a1c/1/0",
+    ] {
+        assert!(!hides_every_gpu(shown), "`{shown}`");
+    }
+    let hidden = CapabilityError::Hidden(String::new()).to_string();
+    assert!(hidden.contains("CUDA_VISIBLE_DEVICES is ``"), "{hidden}");
 }

@@ -25,7 +25,8 @@ struct DeviceRoute {
     reason: Option<String>,
 }
 
-/// The JSON listing: `driver` is false (and `devices` empty) on a machine without a driver.
+/// The JSON listing: `driver` is false (and `devices` empty) on a machine without a driver, or
+/// when `CUDA_VISIBLE_DEVICES` hides every GPU (NVML is then not asked).
 #[derive(Debug, Serialize)]
 struct Listing {
     driver: bool,
@@ -37,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     list(&NvmlSource::new(), args.json)
 }
 
-/// Lists the devices of `source`. No driver is an answer (exit 0), not an error; a driver that
+/// Lists the devices of `source`. No driver (or none visible) is an answer (exit 0), not an error; a driver that
 /// fails to describe its devices is a GPU that cannot be used (exit 3).
 pub fn list(source: &dyn CapabilitySource, json: bool) -> anyhow::Result<()> {
     let listing = match source.devices() {
@@ -48,7 +49,7 @@ pub fn list(source: &dyn CapabilitySource, json: bool) -> anyhow::Result<()> {
                 .then(|| "the NVIDIA driver reports no GPU".to_string()),
             devices: devices.into_iter().map(with_route).collect(),
         },
-        Err(e @ CapabilityError::NoDriver(_)) => Listing {
+        Err(e @ (CapabilityError::NoDriver(_) | CapabilityError::Hidden(_))) => Listing {
             driver: false,
             message: Some(e.to_string()),
             devices: Vec::new(),

@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 /// attempt, far above what any bounded run needs (tens of MiB).
 pub const MEMORY_LIMIT: u64 = 1 << 30;
 
+/// glibc's malloc arenas the children may make. Each arena reserves 64 MiB of address space (not
+/// memory), and glibc makes up to eight per core, one per thread that meets another in malloc:
+/// on a 16-core machine a run's threads alone reserve the whole `MEMORY_LIMIT`. Two keep the
+/// limit a bound on what relattn allocates, on any machine.
+pub const MALLOC_ARENAS: &str = "2";
+
 /// Case-byte limit given to the children (`--max-case-bytes`), so that no valid input they
 /// generate or read comes near the memory limit.
 pub const CASE_LIMIT: &str = "64M";
@@ -136,7 +142,8 @@ pub fn relattn_with_env(
     };
     cmd.args(args)
         .current_dir(cwd)
-        .env("RUST_BACKTRACE", "1")
+        .envs(crate::binary::ENV)
+        .env("MALLOC_ARENA_MAX", MALLOC_ARENAS)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if stdin.is_some() {
             Stdio::piped()

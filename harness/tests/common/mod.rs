@@ -3,23 +3,21 @@
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-/// Run the `relattn` binary. RUST_BACKTRACE=1, so a panic would show its backtrace: the error
-/// tests must never see one.
+/// Run the `relattn` binary (`crate::binary::ENV`: no GPU visible, and RUST_BACKTRACE=1, so a
+/// panic would show its backtrace: the error tests must never see one).
 pub fn relattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .output()
         .expect("the relattn binary runs")
 }
 
 /// `relattn` with extra environment variables.
 pub fn relattn_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .envs(vars.iter().copied())
         .output()
         .expect("the relattn binary runs")

@@ -10,6 +10,8 @@
 //! deterministic stream (default 19). The figures of each kind are printed on stderr (see them
 //! with `-- --nocapture`); `RELATTN_FUZZ_REASONS=1` adds the commonest refusals.
 
+#[path = "../binary/mod.rs"]
+mod binary;
 #[path = "../bounded/mod.rs"]
 mod bounded;
 mod cases;

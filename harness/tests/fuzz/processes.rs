@@ -6,7 +6,7 @@
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Rounds of the lock race (`RELATTN_FUZZ_LOCK_ROUNDS`, default 50).
@@ -18,9 +18,8 @@ fn rounds() -> usize {
 }
 
 fn start(args: &[&str], tmp: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .env("TMPDIR", tmp)
         // The `--impl numpy` runs need numpy, which a fresh machine's python3 lacks.
         .env("PYTHONPATH", crate::python::numpy_path())
@@ -84,7 +83,7 @@ fn of_two_runs_into_one_out_one_writes_and_the_report_stays_readable() {
             stderr.iter().all(|e| !e.contains("panicked")),
             "{stderr:#?}"
         );
-        let show = Command::new(env!("CARGO_BIN_EXE_relattn"))
+        let show = crate::binary::relattn_command()
             .args(["report", "show", &out_s])
             .output()
             .unwrap();
@@ -171,10 +170,9 @@ fn processes_with_env(needle: &str) -> Vec<u32> {
 /// Start `args` in a fresh TMPDIR under `dir` and wait for its first row in `out`.
 fn started_run(args: &[&str], tmp: &Path, out: &Path, env: &[(&str, &str)]) -> Child {
     std::fs::create_dir_all(tmp).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_relattn"));
+    let mut command = crate::binary::relattn_command();
     command
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .env("TMPDIR", tmp)
         .env("PYTHONPATH", crate::python::numpy_path())
         .envs(env.iter().copied())

@@ -383,7 +383,7 @@ fn item6_reports_agree_with_themselves() {
 #[test]
 fn item7_a_broken_pipe_ends_quietly() {
     use std::io::Read;
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     for args in [
         &["matrix", "--show", "nightly"][..],
         &["matrix", "--show", "nightly", "--skipped"][..],
@@ -406,9 +406,8 @@ fn item7_a_broken_pipe_ends_quietly() {
         ][..],
         &["devices"][..],
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_relattn"))
+        let mut child = crate::binary::relattn_command()
             .args(args)
-            .env("RUST_BACKTRACE", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

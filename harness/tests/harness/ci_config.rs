@@ -127,7 +127,7 @@ fn the_nightly_sanitized_script_names_its_steps_and_passes_exit_codes_on() {
             .args(steps)
             .env("RELATTN_BIN", env!("CARGO_BIN_EXE_relattn"))
             .env("OUT", dir.path())
-            .env("CUDA_VISIBLE_DEVICES", "")
+            .envs(crate::binary::ENV)
             .output()
             .unwrap()
     };

@@ -172,10 +172,9 @@ fn a_malformed_arch_override_is_a_usage_error() {
         &["run", "--matrix", "smoke"][..],
         &["mutants"][..],
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_relattn"))
+        let out = crate::binary::relattn_command()
             .args(args)
             .env("RELATTN_ARCH", "sm90")
-            .env("RUST_BACKTRACE", "1")
             .output()
             .expect("the relattn binary runs");
         assert_eq!(out.status.code(), Some(2), "{args:?}");

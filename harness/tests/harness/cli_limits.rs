@@ -13,8 +13,8 @@ fn s(p: &Path) -> &str {
 
 /// `relattn ARGS`, standard output and error each sent to a file opened as given (None: piped).
 fn with_streams(args: &[&str], stdout: Option<File>, stderr: Option<File>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_relattn"));
-    cmd.args(args).env("RUST_BACKTRACE", "1");
+    let mut cmd = crate::binary::relattn_command();
+    cmd.args(args);
     cmd.stdout(stdout.map_or(Stdio::piped(), Stdio::from));
     cmd.stderr(stderr.map_or(Stdio::piped(), Stdio::from));
     cmd.output().unwrap()

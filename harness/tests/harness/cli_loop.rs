@@ -4,7 +4,7 @@
 
 use crate::common::text;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn adapters() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -15,10 +15,9 @@ fn adapters() -> String {
 
 /// `relattn ARGS` in `cwd`, with `vars`.
 fn relattn_in(cwd: &Path, args: &[&str], vars: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
         .current_dir(cwd)
-        .env("RUST_BACKTRACE", "1")
         .env("RELATTN_ADAPTERS", adapters())
         .envs(vars.iter().copied())
         .output()

@@ -2,7 +2,7 @@
 
 use relattn_reports::{Environment, ReportWriter, Row, Status};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn rows() -> Vec<Row> {
     (0..4)
@@ -40,7 +40,7 @@ fn write_arch(dir: &Path, arch: &str, rows: &[Row]) {
 }
 
 fn relattn(args: &[&Path]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
         .output()
         .unwrap()

@@ -55,7 +55,7 @@ fn an_interrupted_run_resumed_gives_every_trial_once_with_the_same_verdicts() {
     let expected = verdicts(&whole);
 
     // Kill a run after some rows.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_relattn"))
+    let mut child = crate::binary::relattn_command()
         .args(["run", "--matrix", "smoke", "--out", cut.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -134,7 +134,7 @@ fn sigint_stops_after_the_trials_in_flight_with_an_incomplete_report() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_relattn"))
+    let child = crate::binary::relattn_command()
         .args([
             "run",
             "--matrix",

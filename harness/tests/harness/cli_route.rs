@@ -194,8 +194,18 @@ fn invalid_arguments_exit_two() {
     );
 }
 
+/// `relattn ARGS` as this machine is, whatever `CUDA_VISIBLE_DEVICES` the tests hide GPUs with.
+fn unhidden(args: &[&str]) -> std::process::Output {
+    crate::binary::relattn_command()
+        .args(args)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .output()
+        .expect("the relattn binary runs")
+}
+
 #[test]
 fn devices_answers_without_failing() {
+    let relattn = unhidden;
     let out = relattn(&["devices", "--json"]);
     assert_eq!(
         out.status.code(),
@@ -217,4 +227,42 @@ fn devices_answers_without_failing() {
             assert_ne!(d["path"].is_null(), d["reason"].is_null(), "{d}");
         }
     }
+}
+
+/// An empty `CUDA_VISIBLE_DEVICES` (what the command-line tests run relattn with) hides every
+/// GPU, on a GPU machine too: `devices` lists none and says why, a GPU command exits 3 naming the
+/// variable, and `run` runs the CPU part into `cpu/`.
+#[test]
+fn an_empty_cuda_visible_devices_hides_every_gpu() {
+    for args in [&["devices", "--json"][..], &["devices"][..]] {
+        let out = relattn(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("CUDA_VISIBLE_DEVICES is ``"), "{said}");
+        if args.len() == 2 {
+            let v: serde_json::Value = serde_json::from_str(&said).expect("JSON");
+            assert_eq!(v["driver"], false);
+            assert_eq!(v["devices"].as_array().map(Vec::len), Some(0));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let case = relattn_matrices::load_tier("smoke")
+        .unwrap()
+        .expand()
+        .unwrap()
+        .cases[0]
+        .id
+        .clone();
+    let out = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let (required, plain) = (out("required"), out("plain"));
+    let run = ["run", "--matrix", "smoke", "--case", &case, "--out"];
+    let refused = relattn(&[&run[..], &[&required, "--require-gpu"]].concat());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{err}");
+    assert!(err.contains("CUDA_VISIBLE_DEVICES"), "{err}");
+    let ran = relattn(&[&run[..], &[&plain]].concat());
+    let err = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(0), "{err}");
+    assert!(err.contains("CUDA_VISIBLE_DEVICES"), "{err}");
+    assert!(dir.path().join("plain/cpu/results.jsonl").is_file());
 }

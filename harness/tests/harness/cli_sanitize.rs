@@ -8,7 +8,7 @@ use crate::common;
 use common::{text, worker_rows};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn fake() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fake_sanitizer.py")
@@ -16,9 +16,8 @@ fn fake() -> PathBuf {
 
 /// relattn with `vars` set and without RELATTN_SANITIZER unless `vars` sets it.
 fn relattn(args: &[&str], vars: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .env("PYTHONPATH", crate::python::numpy_path())
         .env_remove("RELATTN_SANITIZER")
         .envs(vars.iter().copied())

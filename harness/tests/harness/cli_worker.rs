@@ -28,10 +28,8 @@ fn python_ready() -> &'static str {
 }
 
 fn relattn_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_relattn"));
-    c.args(args)
-        .env("RUST_BACKTRACE", "1")
-        .env("PYTHONPATH", python_ready());
+    let mut c = crate::binary::relattn_command();
+    c.args(args).env("PYTHONPATH", python_ready());
     for (k, v) in env {
         c.env(k, v);
     }

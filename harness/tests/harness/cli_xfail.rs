@@ -7,7 +7,7 @@
 use crate::common::{text, worker_rows};
 use crate::python::relattn_with_numpy;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const KNOWN: &str = r#"
 [[xfail]]
@@ -97,7 +97,7 @@ fn a_known_bug_stays_green_and_a_new_one_in_the_same_trials_turns_red() {
     // Without the file, the two runs fail the same trials; report diff names the new cause.
     let (short_run, short_dir) = leaky(dir.path(), "short", &[], &short);
     assert_eq!(short_run.status.code(), Some(1));
-    let diff = Command::new(env!("CARGO_BIN_EXE_relattn"))
+    let diff = crate::binary::relattn_command()
         .args(["report", "diff"])
         .args([&plain_dir, &short_dir])
         .output()

@@ -1,6 +1,8 @@
 //! The `relattn` commands run as a user runs them, bad inputs, the CI configuration and a run's
 //! verdicts with a stand-in GPU (one test binary keeps link time low).
 
+#[path = "../binary/mod.rs"]
+mod binary;
 #[path = "../bounded/mod.rs"]
 mod bounded;
 #[path = "../common/mod.rs"]

@@ -69,9 +69,8 @@ pub fn repo() -> std::path::PathBuf {
 /// `relattn ARGS` with `env` and python3 finding numpy (for the workers and adapters' scripts).
 #[allow(dead_code)]
 pub fn relattn_with_numpy(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_relattn"))
+    crate::binary::relattn_command()
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .env("PYTHONPATH", numpy_path())
         .envs(env.iter().copied())
         .output()
