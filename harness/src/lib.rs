@@ -21,6 +21,7 @@ pub mod sanitize;
 pub mod selfcheck;
 pub mod session;
 pub mod table;
+pub mod threads;
 pub mod trace;
 pub mod trial_list;
 pub mod worker;

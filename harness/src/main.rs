@@ -84,6 +84,15 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::Code::Usage as u8);
         }
     }
+    // Every command's threads, before it runs (a run's share of the cores with --processes).
+    let processes = match &cli.command {
+        Command::Run(a) => a.processes,
+        _ => 1,
+    };
+    if let Err(e) = relattn_harness::threads::start(relattn_harness::threads::share(processes)) {
+        eprintln!("error: {}", exit::message_of(&e));
+        return ExitCode::from(exit::code_of(&e) as u8);
+    }
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Gen(a) => cmd::gen::run(a),

@@ -111,6 +111,33 @@ fn ulimit_v_sets_the_case_limit() {
     assert!(!dir.path().join("case.safetensors").exists());
 }
 
+/// A machine that cannot give relattn its threads: under `ulimit -v` of 400 MB, 512 threads'
+/// stacks alone do not fit (one malloc arena, so the failure is at the threads' start on any
+/// machine). relattn starts its threads before the command, so this is one message and exit 2,
+/// not rayon's panic at the first parallel loop (as it was).
+#[test]
+fn threads_that_cannot_start_are_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "ulimit -v 400000 && exec {} gen --preset tiny --output {}",
+        env!("CARGO_BIN_EXE_relattn"),
+        s(&dir.path().join("case.safetensors"))
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .envs(crate::binary::ENV)
+        .env("MALLOC_ARENA_MAX", "1")
+        .env("RAYON_NUM_THREADS", "512")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("could not start its threads"), "{err}");
+    assert!(err.contains("RAYON_NUM_THREADS"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!dir.path().join("case.safetensors").exists());
+}
+
 /// A run holds its folder with an OS file lock for its whole life: a second run finds it held
 /// even before the pid is written (an empty lock file) and stops; a lock file nobody holds (left
 /// by a killed run) is no lock.

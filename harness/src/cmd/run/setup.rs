@@ -96,22 +96,12 @@ pub(super) fn sanitized_devices(args: &Args) -> anyhow::Result<DeviceSelection> 
     }
 }
 
-/// One of `processes` runs on this machine: the global thread pool gets its share of the cores,
-/// rounded up (a run spends part of its time waiting on the GPU, so the shares together may
-/// exceed the cores by less than one each), before anything uses it, unless RAYON_NUM_THREADS
-/// sets the count.
+/// `--processes` is at least 1. (The run's share of the cores is its thread pool, which `main`
+/// starts before the run: `relattn_harness::threads::share`.)
 pub(super) fn share_machine(processes: usize) -> anyhow::Result<()> {
     if processes == 0 {
         return Err(exit::usage("--processes must be at least 1"));
     }
-    if processes == 1 || std::env::var_os("RAYON_NUM_THREADS").is_some() {
-        return Ok(());
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Err only when the pool already exists (a second run in one process): keep that pool.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores.div_ceil(processes))
-        .build_global();
     Ok(())
 }
 
