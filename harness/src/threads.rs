@@ -23,10 +23,13 @@ pub fn start(threads: Option<usize>) -> anyhow::Result<()> {
         builder = builder.num_threads(n);
     }
     builder.build_global().map_err(|e| {
+        let count = threads
+            .or_else(|| std::env::var("RAYON_NUM_THREADS").ok()?.parse().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         exit::usage(format!(
-            "relattn could not start its threads ({e}): the limit on address space (ulimit -v) \
-             or on threads is too low for this machine's cores; raise it, or set \
-             RAYON_NUM_THREADS to fewer threads"
+            "relattn could not start its {count} threads ({e}): a limit on address space \
+             (ulimit -v) or on threads is too low for them; raise it, or set RAYON_NUM_THREADS \
+             to fewer"
         ))
     })
 }

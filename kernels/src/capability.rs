@@ -40,11 +40,13 @@ pub enum CapabilityError {
 }
 
 /// Whether a `CUDA_VISIBLE_DEVICES` value hides every device, as CUDA reads it: an empty list, or
-/// one whose first entry is not a device (CUDA stops at the first invalid entry; `-1` is the
-/// usual way to write it). Other values are not mapped: `--devices` picks NVML indices.
+/// one whose first entry is no device index or UUID (CUDA stops at the first entry it cannot
+/// use: `-1`, `none`, `NoDevFiles`). Other values are not mapped to NVML's indices: unset the
+/// variable and pick GPUs with `--devices`.
 pub fn hides_every_gpu(visible: &str) -> bool {
     let first = visible.split(',').next().unwrap_or("").trim();
-    first.is_empty() || first.starts_with('-')
+    let index = !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit());
+    !(index || first.starts_with("GPU-") || first.starts_with("MIG-"))
 }
 
 /// A source of device capabilities.
@@ -68,9 +70,10 @@ impl CapabilitySource for NvmlSource {
         use nvml_wrapper::error::NvmlError;
         // NVML lists every device whatever CUDA_VISIBLE_DEVICES says; a process told to see none
         // sees none.
-        if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {
+        if let Some(visible) = std::env::var_os("CUDA_VISIBLE_DEVICES") {
+            let visible = visible.to_string_lossy();
             if hides_every_gpu(&visible) {
-                return Err(CapabilityError::Hidden(visible));
+                return Err(CapabilityError::Hidden(visible.into_owned()));
             }
         }
         let nvml = nvml_wrapper::Nvml::init().map_err(|e| match e {

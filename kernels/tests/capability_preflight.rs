@@ -95,8 +95,18 @@ fn nvml_source_never_panics() {
 }
 
 #[test]
-fn cuda_visible_devices_hides_every_gpu_when_empty_or_starting_invalid() {
-    for hidden in ["", " ", "-1", "-1,0", ",0", "-"] {
+fn cuda_visible_devices_hides_every_gpu_when_empty_or_starting_with_no_device() {
+    for hidden in [
+        "",
+        " ",
+        "-1",
+        "-1,0",
+        ",0",
+        "-",
+        "none",
+        "NoDevFiles",
+        "1.5",
+    ] {
         assert!(hides_every_gpu(hidden), "`{hidden}`");
     }
     for shown in [
@@ -104,6 +114,7 @@ fn cuda_visible_devices_hides_every_gpu_when_empty_or_starting_invalid() {
         "1",
         "0,1",
         " 2 ,3",
+        "1,-1",
         "GPU-8f6e2a1c",
         "MIG-GPU-8f6e2a1c/1/0",
     ] {

@@ -38,8 +38,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     list(&NvmlSource::new(), args.json)
 }
 
-/// Lists the devices of `source`. No driver (or none visible) is an answer (exit 0), not an error; a driver that
-/// fails to describe its devices is a GPU that cannot be used (exit 3).
+/// Lists the devices of `source`. No driver (or none visible) is an answer (exit 0), not an
+/// error; a driver that fails to describe its devices is a GPU that cannot be used (exit 3).
 pub fn list(source: &dyn CapabilitySource, json: bool) -> anyhow::Result<()> {
     let listing = match source.devices() {
         Ok(devices) => Listing {

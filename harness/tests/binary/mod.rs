@@ -15,3 +15,11 @@ pub fn relattn_command() -> Command {
     c.envs(ENV);
     c
 }
+
+/// `relattn` seeing this machine's GPUs (no `CUDA_VISIBLE_DEVICES`), for the tests of what it
+/// does with them: `devices`, and `exec` where a GPU is usable.
+pub fn relattn_seeing_gpus() -> Command {
+    let mut c = relattn_command();
+    c.env_remove("CUDA_VISIBLE_DEVICES");
+    c
+}

@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 /// attempt, far above what any bounded run needs (tens of MiB).
 pub const MEMORY_LIMIT: u64 = 1 << 30;
 
-/// glibc's malloc arenas the children may make. Each arena reserves 64 MiB of address space (not
-/// memory), and glibc makes up to eight per core, one per thread that meets another in malloc:
-/// on a 16-core machine a run's threads alone reserve the whole `MEMORY_LIMIT`. Two keep the
-/// limit a bound on what relattn allocates, on any machine.
+/// glibc's malloc arenas the children may make, and their threads. Each arena reserves 64 MiB of
+/// address space (not memory), and glibc gives a new thread its own at its first allocation, up
+/// to eight per core; each thread's stack takes 2 MiB more: on a 16-core machine a run's threads
+/// alone filled `MEMORY_LIMIT`. Two arenas and four threads keep the limit a bound on what relattn
+/// allocates, on any machine.
 pub const MALLOC_ARENAS: &str = "2";
+pub const THREADS: &str = "4";
 
 /// Case-byte limit given to the children (`--max-case-bytes`), so that no valid input they
 /// generate or read comes near the memory limit.
@@ -40,13 +42,16 @@ pub struct Outcome {
     pub sampled_peak_kib: u64,
 }
 
-/// Text a panic or an aborted allocation leaves on stderr.
-const PANIC_TEXT: [&str; 5] = [
+/// Text a panic or an aborted allocation leaves on stderr, or the refusal of a child that could
+/// not start its threads under the limit (which would make every input an exit 2 that tests
+/// nothing).
+const PANIC_TEXT: [&str; 6] = [
     "panicked at",
     "stack backtrace",
     "RUST_BACKTRACE",
     "memory allocation of",
     "fatal runtime error",
+    "could not start its",
 ];
 
 impl Outcome {
@@ -144,6 +149,7 @@ pub fn relattn_with_env(
         .current_dir(cwd)
         .envs(crate::binary::ENV)
         .env("MALLOC_ARENA_MAX", MALLOC_ARENAS)
+        .env("RAYON_NUM_THREADS", THREADS)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if stdin.is_some() {
             Stdio::piped()

@@ -100,17 +100,21 @@ fn runs_a_path_or_says_there_is_no_gpu() {
     let dir = tempfile::tempdir().unwrap();
     let (case, problem) = write_small_case(dir.path());
     let out_file = dir.path().join("out.safetensors");
-    let out = relattn(&[
-        "exec",
-        "--path",
-        "sheared_bias",
-        "--input",
-        s(&case),
-        "--output",
-        s(&out_file),
-        "--splits",
-        "3",
-    ]);
+    // The machine's own GPUs (the other command-line tests hide them from relattn).
+    let out = crate::binary::relattn_seeing_gpus()
+        .args([
+            "exec",
+            "--path",
+            "sheared_bias",
+            "--input",
+            s(&case),
+            "--output",
+            s(&out_file),
+            "--splits",
+            "3",
+        ])
+        .output()
+        .expect("the relattn binary runs");
     if !Gpu::available() {
         assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
         assert!(stderr_of(&out).contains("GPU"));

@@ -44,10 +44,6 @@ fn a_second_run_into_a_locked_out_exits_2_naming_the_holder() {
 
 #[test]
 fn an_interrupted_run_resumed_gives_every_trial_once_with_the_same_verdicts() {
-    if relattn_harness::gpu_exec::libraries_present() {
-        eprintln!("a CUDA driver is present: this test is about machines without one");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let (whole, cut) = (tmp.path().join("whole"), tmp.path().join("cut"));
     let out = relattn(&["run", "--matrix", "smoke", "--out", whole.to_str().unwrap()]);
@@ -128,10 +124,6 @@ fn an_interrupted_run_resumed_gives_every_trial_once_with_the_same_verdicts() {
 
 #[test]
 fn sigint_stops_after_the_trials_in_flight_with_an_incomplete_report() {
-    if relattn_harness::gpu_exec::libraries_present() {
-        eprintln!("a CUDA driver is present: this test is about machines without one");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("out");
     let child = crate::binary::relattn_command()

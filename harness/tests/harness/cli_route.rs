@@ -194,11 +194,10 @@ fn invalid_arguments_exit_two() {
     );
 }
 
-/// `relattn ARGS` as this machine is, whatever `CUDA_VISIBLE_DEVICES` the tests hide GPUs with.
+/// `relattn ARGS` as this machine is (`crate::binary::relattn_seeing_gpus`).
 fn unhidden(args: &[&str]) -> std::process::Output {
-    crate::binary::relattn_command()
+    crate::binary::relattn_seeing_gpus()
         .args(args)
-        .env_remove("CUDA_VISIBLE_DEVICES")
         .output()
         .expect("the relattn binary runs")
 }

@@ -1,16 +1,13 @@
 //! `relattn run` on a machine without a GPU: it runs the routing checks and the smoke tier's
 //! reference self-checks, writes a complete report under `cpu`, and exits 0. Bad arguments exit 2.
-//! (On a GPU machine the same command runs the GPU trials too; that part is not checked here.)
+//! (relattn sees no GPU here, on a GPU machine too: `crate::binary::ENV`; the GPU trials are
+//! `trials.rs`'s.)
 
 use crate::common;
 use common::{relattn, relattn_env, text};
 
 #[test]
 fn run_without_a_gpu_writes_a_complete_cpu_report() {
-    if relattn_harness::gpu_exec::libraries_present() {
-        eprintln!("a CUDA driver is present: this test is about machines without one");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
     // Captured stderr is not a terminal: progress comes as lines, here every 0.2 s.
@@ -128,10 +125,6 @@ fn bad_arguments_exit_2_with_one_message() {
 
 #[test]
 fn require_gpu_without_a_driver_exits_3() {
-    if relattn_harness::gpu_exec::libraries_present() {
-        eprintln!("a CUDA driver is present: this test is about machines without one");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
     let out = relattn(&["run", "--require-gpu", "--out", out_dir]);
@@ -147,10 +140,6 @@ fn require_gpu_without_a_driver_exits_3() {
 
 #[test]
 fn case_takes_the_id_with_its_prefix() {
-    if relattn_harness::gpu_exec::libraries_present() {
-        eprintln!("a CUDA driver is present: this test is about machines without one");
-        return;
-    }
     let listing = text(&relattn(&["matrix", "--show", "smoke"]).stdout);
     let id = listing.split_whitespace().next().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -198,16 +187,13 @@ fn compile_check_refuses_a_bad_architecture_before_compiling() {
 
 #[test]
 fn the_nightly_machine_script_without_a_gpu_exits_3_and_runs_no_shard() {
-    if relattn_harness::gpu_exec::libraries_present() {
-        eprintln!("a CUDA driver is present: this test is about machines without one");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/nightly-machine.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
         .args(["4", "2"])
         .env("RELATTN_BIN", env!("CARGO_BIN_EXE_relattn"))
+        .envs(crate::binary::ENV)
         .env("RELATTN_OUT", dir.path())
         .output()
         .expect("bash runs");
