@@ -24,7 +24,7 @@ mod select;
 mod setup;
 use console::Console;
 use report_life::ReportLife;
-use setup::{sanitized_devices, session_options, share_machine};
+use setup::{check_processes, sanitized_devices, session_options};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -147,7 +147,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     crate::engine::on_signals("run");
-    share_machine(args.processes)?;
+    check_processes(args.processes)?;
     let libs = crate::gpu_exec::libraries_present();
     // Before any GPU detection: no sanitizer, no run (exit 3).
     if let Some(sanitizer) = crate::sanitize::find(args.sanitize)? {

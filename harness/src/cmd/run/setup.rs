@@ -96,9 +96,9 @@ pub(super) fn sanitized_devices(args: &Args) -> anyhow::Result<DeviceSelection> 
     }
 }
 
-/// `--processes` is at least 1. (The run's share of the cores is its thread pool, which `main`
-/// starts before the run: `relattn_harness::threads::share`.)
-pub(super) fn share_machine(processes: usize) -> anyhow::Result<()> {
+/// `--processes` is at least 1. (The run's share of the cores, its thread pool, is `main`'s:
+/// `relattn_harness::threads::share`.)
+pub(super) fn check_processes(processes: usize) -> anyhow::Result<()> {
     if processes == 0 {
         return Err(exit::usage("--processes must be at least 1"));
     }
